@@ -1,0 +1,28 @@
+#!/bin/sh
+# Installs the Debian packages drama.c needs to build and test. Idempotent: only
+# missing packages are installed, and apt is not touched when everything is present.
+set -eu
+
+PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev valgrind \
+libjansson-dev libmicrohttpd-dev libsndfile1-dev libsoxr-dev libpcre2-dev \
+libutf8proc-dev libssl-dev libcmocka-dev libopenblas-dev zlib1g-dev curl"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -z "$missing" ]; then
+    echo "install-deps: all packages present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+echo "install-deps: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,54 @@
+#include "base/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+drama_status dr_fail(drama_error *err, drama_status code, const char *fmt, ...) {
+    if (!err || err->code != DRAMA_OK) return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void dr_error_prefix(drama_error *err, const char *fmt, ...) {
+    if (!err || err->code == DRAMA_OK) return;
+    char head[512], old[sizeof err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->message, sizeof old);
+    snprintf(err->message, sizeof err->message, "%s%s", head, old);
+}
+
+void dr_error_clear(drama_error *err) {
+    if (!err) return;
+    err->code = DRAMA_OK;
+    err->message[0] = '\0';
+}
+
+const char *drama_status_name(drama_status code) {
+    switch (code) {
+    case DRAMA_OK: return "ok";
+    case DRAMA_EINVAL: return "invalid_argument";
+    case DRAMA_EIO: return "io_error";
+    case DRAMA_EFORMAT: return "format_error";
+    case DRAMA_ESHAPE: return "shape_error";
+    case DRAMA_EUNSUPPORTED: return "unsupported";
+    case DRAMA_ENOMEM: return "out_of_memory";
+    case DRAMA_EHASH: return "hash_mismatch";
+    case DRAMA_ENUMERIC: return "numerical_error";
+    case DRAMA_ECANCELLED: return "cancelled";
+    case DRAMA_EFRAMELIMIT: return "frame_limit";
+    case DRAMA_EEMPTY: return "empty";
+    case DRAMA_EINTERNAL: return "internal_error";
+    }
+    return "unknown";
+}
+
+const char *drama_version(void) { return DRAMA_VERSION; }
+const char *drama_git_commit(void) { return DRAMA_GIT_COMMIT; }

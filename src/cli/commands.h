@@ -1,0 +1,26 @@
+/* commands.h - the `drama` subcommands. Each takes argv after the subcommand name
+ * (argv[0] is the subcommand) and returns the process exit status (docs/cli.md lists them). */
+#ifndef DRAMA_CLI_COMMANDS_H
+#define DRAMA_CLI_COMMANDS_H
+
+int cmd_inspect(int argc, char **argv);     /* cmd_inspect.c */
+int cmd_make_model(int argc, char **argv);  /* cmd_make_model.c */
+int cmd_verify(int argc, char **argv);      /* cmd_verify.c: SHA-256 against a manifest */
+int cmd_forward(int argc, char **argv);     /* cmd_forward.c */
+int cmd_generate(int argc, char **argv);    /* cmd_generate.c */
+int cmd_tokenize(int argc, char **argv);    /* cmd_tokenize.c */
+int cmd_prompt(int argc, char **argv);      /* cmd_prompt.c */
+int cmd_codec(int argc, char **argv);       /* cmd_codec.c: encode | decode */
+int cmd_synthesize(int argc, char **argv);  /* cmd_synthesize.c */
+int cmd_contract(int argc, char **argv);    /* cmd_contract.c */
+
+/* Exit statuses shared by all commands. */
+enum {
+    DR_EXIT_OK = 0,
+    DR_EXIT_ERROR = 1,       /* any failure not listed below */
+    DR_EXIT_USAGE = 2,       /* bad command line */
+    DR_EXIT_FRAME_LIMIT = 3, /* generation hit the frame cap: nothing published */
+    DR_EXIT_CANCELLED = 130  /* SIGINT/SIGTERM: nothing published (128 + SIGINT) */
+};
+
+#endif

@@ -1,0 +1,50 @@
+/* main.c - `drama` entry point: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "drama.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"synthesize", cmd_synthesize, "text (+ reference voices) to a WAV file"},
+    {"inspect", cmd_inspect, "show a model directory and how it differs from what the engine expects"},
+    {"make-model", cmd_make_model, "write a random-weight checkpoint in the real layout"},
+    {"verify", cmd_verify, "check files against a SHA-256 manifest"},
+    {"tokenize", cmd_tokenize, "text to token ids (or ids back to text)"},
+    {"prompt", cmd_prompt, "build the prompt rows (ROWS.json) for a text"},
+    {"forward", cmd_forward, "run the backbone on ROWS.json and dump hidden states and logits"},
+    {"generate", cmd_generate, "prefill ROWS.json and generate frames (CODES.json)"},
+    {"codec", cmd_codec, "encode audio to codes or decode codes to audio"},
+    {"contract", cmd_contract, "check every kernel against a float64 reference"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "drama %s (%s) - native inference for Fish Audio Drama 3\n\nusage: drama COMMAND [options]\n\n",
+            drama_version(), drama_git_commit());
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "  %-12s %s\n\nRun `drama COMMAND --help` for a command's options.\n", "version",
+            "print the version and commit");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? DR_EXIT_USAGE : DR_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("drama %s %s\n", drama_version(), drama_git_commit());
+        return DR_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "drama: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return DR_EXIT_USAGE;
+}

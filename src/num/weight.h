@@ -1,0 +1,44 @@
+/* weight.h - a 2-D weight matrix [rows=out, cols=in] in its stored format.
+ *
+ * The model binds every matrix it multiplies as a dr_weight pointing into the mmapped
+ * checkpoint; kernels read the stored bytes directly and dequantise inside the dot product.
+ * Nothing here owns memory. Pointers may be unaligned (MLX files are not padded).
+ * Formats and their companions: ../shared/spec/FORMATS.md section 4.
+ */
+#ifndef DRAMA_NUM_WEIGHT_H
+#define DRAMA_NUM_WEIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/tensor.h"
+
+typedef enum dr_wfmt {
+    DR_WF_INVALID = 0,
+    DR_WF_F32,       /* dense float32 */
+    DR_WF_F16,       /* dense IEEE half */
+    DR_WF_BF16,      /* dense bfloat16 */
+    DR_WF_FP8_BLOCK, /* E4M3 codes + scale per (block_rows x block_cols) block, scale_dtype F32|BF16 */
+    DR_WF_FP8_TENSOR,/* E4M3 codes * global_scale */
+    DR_WF_NVFP4,     /* E2M1 pairs (low nibble first) + UE4M3 scale per 16 cols + global_scale */
+    DR_WF_AFFINE     /* MLX affine: U32 words of `bits`-bit codes, scales/biases per `group` cols */
+} dr_wfmt;
+
+typedef struct dr_weight {
+    dr_wfmt fmt;
+    int64_t rows, cols;      /* logical [out, in] */
+    const uint8_t *data;     /* codes / dense values, row-major; row r starts at data + r*row_bytes */
+    size_t row_bytes;
+    const uint8_t *scales;   /* FP8_BLOCK: [ceil(rows/br), ceil(cols/bc)]; NVFP4: [rows, cols/16] E4M3;
+                                AFFINE: [rows, cols/group] in scale_dtype */
+    const uint8_t *biases;   /* AFFINE only: same shape/dtype as scales */
+    dr_dtype scale_dtype;    /* F32 / BF16 / F16 for FP8_BLOCK and AFFINE scales */
+    int64_t scale_cols;      /* columns of the scales matrix */
+    float global_scale;      /* FP8_TENSOR weight_scale, NVFP4 weight_scale_2; 1 otherwise */
+    int block_rows, block_cols; /* FP8_BLOCK block size (default 128 x 128) */
+    int bits, group;         /* AFFINE: 4 or 8 bits, group 32/64/128 */
+    const char *name;        /* tensor name for messages (owned by the checkpoint) */
+} dr_weight;
+
+#endif

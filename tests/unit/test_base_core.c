@@ -1,0 +1,75 @@
+/* Unit tests of src/base: error records, dtypes, allocation, thread pool. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/pool.h"
+#include "base/tensor.h"
+
+static void test_first_error_wins_and_prefix(void **state) {
+    (void)state;
+    drama_error e = {0};
+    assert_int_equal(dr_fail(&e, DRAMA_EFORMAT, "tensor %s: bad", "x"), DRAMA_EFORMAT);
+    assert_int_equal(dr_fail(&e, DRAMA_EIO, "later"), DRAMA_EIO);
+    assert_int_equal(e.code, DRAMA_EFORMAT);
+    dr_error_prefix(&e, "%s: ", "model.safetensors");
+    assert_string_equal(e.message, "model.safetensors: tensor x: bad");
+    assert_int_equal(dr_fail(NULL, DRAMA_EIO, "no record"), DRAMA_EIO);
+    assert_string_equal(drama_status_name(DRAMA_EFRAMELIMIT), "frame_limit");
+}
+
+static void test_dtypes(void **state) {
+    (void)state;
+    assert_int_equal(dr_dtype_from_name("F8_E4M3"), DR_DT_F8_E4M3);
+    assert_int_equal(dr_dtype_size(DR_DT_BF16), 2);
+    assert_int_equal(dr_dtype_from_name("F4"), DR_DT_INVALID);
+    assert_int_equal(dr_dtype_from_name(NULL), DR_DT_INVALID);
+    assert_string_equal(dr_dtype_name(DR_DT_U32), "U32");
+}
+
+static void test_alloc_overflow(void **state) {
+    (void)state;
+    size_t out;
+    assert_int_equal(dr_mul_size(SIZE_MAX / 2, 3, &out), 0);
+    assert_null(dr_calloc(SIZE_MAX / 2, 3));
+    void *p = dr_alloc(100);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % DR_ALIGN, 0);
+    dr_free(p);
+}
+
+static void add_index(void *ctx, int64_t i, int worker) {
+    (void)worker;
+    ((int64_t *)ctx)[i] = i * i;
+}
+
+static void test_pool_covers_every_index(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 4; threads++) {
+        dr_pool *p = dr_pool_create(threads);
+        assert_non_null(p);
+        for (int64_t n = 0; n < 37; n += 5) {
+            int64_t out[40];
+            memset(out, 0xff, sizeof out);
+            dr_pool_run(p, n, add_index, out);
+            for (int64_t i = 0; i < n; i++) assert_int_equal(out[i], i * i);
+            assert_int_equal(out[n], -1);
+        }
+        dr_pool_free(p);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_error_wins_and_prefix),
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_alloc_overflow),
+        cmocka_unit_test(test_pool_covers_every_index),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
