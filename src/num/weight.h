@@ -41,4 +41,16 @@ typedef struct dr_weight {
     const char *name;        /* tensor name for messages (owned by the checkpoint) */
 } dr_weight;
 
+/* Dequantise one row of W into out[cols] exactly as FORMATS.md section 4 says (fp32).
+ * The reference path, and the embedding lookup. */
+void dr_weight_dequant_row(const dr_weight *w, int64_t r, float *out);
+
+/* Build a dr_weight from a main tensor and its companions (NULL where the format has none):
+ * scale = weight_scale_inv / weight_scale / scales, scale2 = weight_scale_2, bias = biases.
+ * `slice` selects expert e of a fused 3-D tensor (-1 for 2-D). Checks every shape and dtype
+ * and names the tensor at fault. block_rows/cols from the config (0 = 128). */
+drama_status dr_weight_bind(const dr_tensor *w, const dr_tensor *scale, const dr_tensor *scale2,
+                            const dr_tensor *bias, int64_t slice, int block_rows, int block_cols,
+                            dr_weight *out, drama_error *err);
+
 #endif

@@ -14,7 +14,5 @@ void dr_cpu_matmul(const dr_weight *w, const float *x, int64_t n, float *y, dr_p
 /* Only output rows [r0, r1) of W: y[n][r1-r0]. Used for the restricted logits slice of lm_head. */
 void dr_cpu_matmul_rows(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
                         dr_pool *pool);
-/* Dequantise one row of W into out[cols] (exact, fp32). Reference path and embedding lookup. */
-void dr_weight_dequant_row(const dr_weight *w, int64_t r, float *out);
 
 #endif
