@@ -1,0 +1,152 @@
+/* codes_json.c - CODES.json reader and writer (see codes_json.h). */
+#include "io/codes_json.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "io/rows_json.h"
+
+drama_status dr_codes_create(dr_codes *out, int64_t n_frames, int64_t n_codebooks, drama_error *err) {
+    memset(out, 0, sizeof *out);
+    if (n_frames < 0 || n_codebooks < 1)
+        return dr_fail(err, DRAMA_EINVAL, "codes: invalid shape %lld frames x %lld codebooks", (long long)n_frames,
+                       (long long)n_codebooks);
+    size_t count;
+    if (!dr_mul_size((size_t)n_frames, (size_t)n_codebooks, &count) || count > (size_t)1 << 40)
+        return dr_fail(err, DRAMA_ENOMEM, "codes: %lld frames x %lld codebooks too large", (long long)n_frames,
+                       (long long)n_codebooks);
+    out->data = calloc(count ? count : 1, sizeof(int32_t));
+    if (!out->data) return dr_fail(err, DRAMA_ENOMEM, "codes: out of memory (%zu values)", count);
+    out->n_frames = n_frames;
+    out->n_codebooks = n_codebooks;
+    return DRAMA_OK;
+}
+
+void dr_codes_free(dr_codes *codes) {
+    if (!codes) return;
+    free(codes->data);
+    memset(codes, 0, sizeof *codes);
+}
+
+drama_status dr_codes_check(const dr_codes *codes, const int32_t *upper, const char *label, drama_error *err) {
+    if (!label) label = "codes";
+    for (int64_t f = 0; f < codes->n_frames; f++)
+        for (int64_t k = 0; k < codes->n_codebooks; k++) {
+            int32_t v = codes->data[f * codes->n_codebooks + k];
+            if (v < 0 || (upper && v >= upper[k]))
+                return dr_fail(err, DRAMA_EFORMAT, "%s: frame %lld codebook %lld: code %d outside 0..%d", label,
+                               (long long)f, (long long)k, (int)v, upper ? (int)upper[k] - 1 : INT32_MAX);
+        }
+    return DRAMA_OK;
+}
+
+drama_status dr_codes_parse(const char *json, size_t len, const char *label, int64_t n_codebooks,
+                            const int32_t *upper, dr_codes *out, drama_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!label) label = "CODES.json";
+    if (upper && n_codebooks <= 0)
+        return dr_fail(err, DRAMA_EINVAL, "%s: per-codebook bounds need the number of codebooks", label);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return dr_fail(err, DRAMA_EFORMAT, "%s: invalid JSON at line %d column %d (byte %d): %s", label,
+                       jerr.line, jerr.column, jerr.position, jerr.text);
+    drama_status st = DRAMA_OK;
+    json_t *frames = json_object_get(root, "codes");
+    if (!json_is_object(root) || !json_is_array(frames)) {
+        st = dr_fail(err, DRAMA_EFORMAT, "%s: expected an object with an array \"codes\" (one list per frame)", label);
+        goto done;
+    }
+    int64_t n_frames = (int64_t)json_array_size(frames);
+    int64_t width = n_codebooks;
+    if (width <= 0) {
+        json_t *first = json_array_get(frames, 0);
+        width = n_frames > 0 && json_is_array(first) ? (int64_t)json_array_size(first) : 0;
+        if (n_frames > 0 && width < 1) {
+            st = dr_fail(err, DRAMA_EFORMAT, "%s: codes[0]: expected a non-empty array of integers", label);
+            goto done;
+        }
+    }
+    if (width > 0) {
+        st = dr_codes_create(out, n_frames, width, err);
+        if (st) goto done;
+    }
+    for (int64_t f = 0; f < n_frames; f++) {
+        json_t *frame = json_array_get(frames, (size_t)f);
+        if (!json_is_array(frame) || (int64_t)json_array_size(frame) != width) {
+            st = dr_fail(err, DRAMA_EFORMAT, "%s: frame %lld: expected an array of %lld codes (one per codebook)",
+                         label, (long long)f, (long long)width);
+            goto done;
+        }
+        for (int64_t k = 0; k < width; k++) {
+            json_t *v = json_array_get(frame, (size_t)k);
+            json_int_t bound = upper ? upper[k] : INT32_MAX + (json_int_t)1;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= bound) {
+                st = dr_fail(err, DRAMA_EFORMAT, "%s: frame %lld codebook %lld: expected an integer code in 0..%lld",
+                             label, (long long)f, (long long)k, (long long)(bound - 1));
+                goto done;
+            }
+            out->data[f * width + k] = (int32_t)json_integer_value(v);
+        }
+    }
+    out->n_frames = n_frames;
+    out->n_codebooks = width;
+done:
+    json_decref(root);
+    if (st) dr_codes_free(out);
+    return st;
+}
+
+drama_status dr_codes_read(const char *path, int64_t n_codebooks, const int32_t *upper, dr_codes *out,
+                           drama_error *err) {
+    memset(out, 0, sizeof *out);
+    char *text;
+    size_t len;
+    drama_status st = dr_io_read_all(path, &text, &len, err);
+    if (st) return st;
+    st = dr_codes_parse(text, len, strcmp(path, "-") == 0 ? "stdin" : path, n_codebooks, upper, out, err);
+    free(text);
+    return st;
+}
+
+drama_status dr_codes_write_stream(FILE *f, const dr_codes *codes, drama_error *err) {
+    if (codes->n_frames < 0 || (codes->n_frames && !codes->data))
+        return dr_fail(err, DRAMA_EINVAL, "CODES.json: inconsistent matrix (%lld frames)", (long long)codes->n_frames);
+    fputs("{\"codes\": [", f);
+    for (int64_t r = 0; r < codes->n_frames; r++) {
+        fputs(r ? ",\n  [" : "\n  [", f);
+        for (int64_t k = 0; k < codes->n_codebooks; k++)
+            fprintf(f, k ? ", %d" : "%d", (int)codes->data[r * codes->n_codebooks + k]);
+        fputc(']', f);
+    }
+    fputs(codes->n_frames ? "\n]}\n" : "]}\n", f);
+    if (ferror(f)) return dr_fail(err, DRAMA_EIO, "CODES.json: write error");
+    return DRAMA_OK;
+}
+
+drama_status dr_codes_write(const char *path, const dr_codes *codes, drama_error *err) {
+    if (strcmp(path, "-") == 0) {
+        drama_status st = dr_codes_write_stream(stdout, codes, err);
+        if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");
+        return st;
+    }
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    drama_status st = dr_codes_write_stream(f, codes, err);
+    if (fclose(f) != 0 && !st) st = dr_fail(err, DRAMA_EIO, "%s: write error", tmp);
+    if (!st && rename(tmp, path) != 0) st = dr_fail(err, DRAMA_EIO, "%s: cannot rename: %s", path, strerror(errno));
+    if (st) remove(tmp);
+    free(tmp);
+    return st;
+}

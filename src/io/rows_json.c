@@ -1,0 +1,180 @@
+/* rows_json.c - ROWS.json reader and writer (see rows_json.h). */
+#include "io/rows_json.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+drama_status dr_rows_create(dr_rows *out, int64_t n_rows, int64_t n_cols, drama_error *err) {
+    memset(out, 0, sizeof *out);
+    if (n_rows < 0 || n_cols < 1)
+        return dr_fail(err, DRAMA_EINVAL, "rows: invalid matrix shape %lld x %lld", (long long)n_rows,
+                       (long long)n_cols);
+    size_t count;
+    if (!dr_mul_size((size_t)n_rows, (size_t)n_cols, &count) || count > (size_t)1 << 40)
+        return dr_fail(err, DRAMA_ENOMEM, "rows: matrix %lld x %lld too large", (long long)n_rows,
+                       (long long)n_cols);
+    out->data = calloc(count ? count : 1, sizeof(int32_t));
+    if (!out->data) return dr_fail(err, DRAMA_ENOMEM, "rows: out of memory (%zu values)", count);
+    out->n_rows = n_rows;
+    out->n_cols = n_cols;
+    out->prefill = n_rows;
+    return DRAMA_OK;
+}
+
+void dr_rows_free(dr_rows *rows) {
+    if (!rows) return;
+    free(rows->data);
+    memset(rows, 0, sizeof *rows);
+}
+
+drama_status dr_rows_parse(const char *json, size_t len, const char *label, int64_t expect_cols,
+                           dr_rows *out, drama_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!label) label = "ROWS.json";
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return dr_fail(err, DRAMA_EFORMAT, "%s: invalid JSON at line %d column %d (byte %d): %s", label,
+                       jerr.line, jerr.column, jerr.position, jerr.text);
+    drama_status st = DRAMA_OK;
+    json_t *rows = json_object_get(root, "rows");
+    if (!json_is_object(root) || !json_is_array(rows)) {
+        st = dr_fail(err, DRAMA_EFORMAT, "%s: expected an object with an array \"rows\"", label);
+        goto done;
+    }
+    int64_t n_rows = (int64_t)json_array_size(rows);
+    int64_t n_cols = expect_cols;
+    if (n_cols <= 0) {
+        json_t *first = json_array_get(rows, 0);
+        n_cols = n_rows > 0 && json_is_array(first) ? (int64_t)json_array_size(first) : 0;
+        if (n_rows > 0 && n_cols < 1) {
+            st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[0]: expected a non-empty array of integers", label);
+            goto done;
+        }
+    }
+    if (n_cols > 0) {
+        st = dr_rows_create(out, n_rows, n_cols, err);
+        if (st) goto done;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        json_t *row = json_array_get(rows, (size_t)r);
+        if (!json_is_array(row) || (int64_t)json_array_size(row) != n_cols) {
+            st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[%lld]: expected an array of %lld integers (token + %lld codes)",
+                         label, (long long)r, (long long)n_cols, (long long)(n_cols - 1));
+            goto done;
+        }
+        for (int64_t c = 0; c < n_cols; c++) {
+            json_t *v = json_array_get(row, (size_t)c);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+                st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[%lld][%lld] (%s): expected an integer in 0..%d", label,
+                             (long long)r, (long long)c, c == 0 ? "token" : "code", INT32_MAX);
+                goto done;
+            }
+            out->data[r * n_cols + c] = (int32_t)json_integer_value(v);
+        }
+    }
+    out->n_rows = n_rows;
+    out->n_cols = n_cols;
+    out->prefill = n_rows;
+    json_t *prefill = json_object_get(root, "prefill");
+    if (prefill) {
+        if (!json_is_integer(prefill) || json_integer_value(prefill) < 0 ||
+            json_integer_value(prefill) > n_rows) {
+            st = dr_fail(err, DRAMA_EFORMAT, "%s: \"prefill\": expected an integer in 0..%lld (the number of rows)",
+                         label, (long long)n_rows);
+            goto done;
+        }
+        out->prefill = json_integer_value(prefill);
+    }
+done:
+    json_decref(root);
+    if (st) dr_rows_free(out);
+    return st;
+}
+
+drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama_error *err) {
+    *out = NULL;
+    *out_len = 0;
+    int is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    drama_status st = DRAMA_OK;
+    while (buf) {
+        if (len == cap) {
+            char *grown = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+            if (!grown) break;
+            buf = grown;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (!buf || len == cap) st = dr_fail(err, DRAMA_ENOMEM, "%s: file too large or out of memory", path);
+    else if (ferror(f)) st = dr_fail(err, DRAMA_EIO, "%s: read error", path);
+    if (!is_stdin) fclose(f);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *out_len = len;
+    return DRAMA_OK;
+}
+
+drama_status dr_rows_read(const char *path, int64_t expect_cols, dr_rows *out, drama_error *err) {
+    memset(out, 0, sizeof *out);
+    char *text;
+    size_t len;
+    drama_status st = dr_io_read_all(path, &text, &len, err);
+    if (st) return st;
+    st = dr_rows_parse(text, len, strcmp(path, "-") == 0 ? "stdin" : path, expect_cols, out, err);
+    free(text);
+    return st;
+}
+
+drama_status dr_rows_write_stream(FILE *f, const dr_rows *rows, drama_error *err) {
+    if (rows->n_rows < 0 || rows->prefill < 0 || rows->prefill > rows->n_rows || (rows->n_rows && !rows->data))
+        return dr_fail(err, DRAMA_EINVAL, "rows: inconsistent matrix (rows %lld, prefill %lld)",
+                       (long long)rows->n_rows, (long long)rows->prefill);
+    fputs("{\"rows\": [", f);
+    for (int64_t r = 0; r < rows->n_rows; r++) {
+        fputs(r ? ",\n  [" : "\n  [", f);
+        for (int64_t c = 0; c < rows->n_cols; c++)
+            fprintf(f, c ? ", %d" : "%d", (int)rows->data[r * rows->n_cols + c]);
+        fputc(']', f);
+    }
+    fprintf(f, "%s], \"prefill\": %lld}\n", rows->n_rows ? "\n" : "", (long long)rows->prefill);
+    if (ferror(f)) return dr_fail(err, DRAMA_EIO, "ROWS.json: write error");
+    return DRAMA_OK;
+}
+
+drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *err) {
+    if (strcmp(path, "-") == 0) {
+        drama_status st = dr_rows_write_stream(stdout, rows, err);
+        if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");
+        return st;
+    }
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    drama_status st = dr_rows_write_stream(f, rows, err);
+    if (fclose(f) != 0 && !st) st = dr_fail(err, DRAMA_EIO, "%s: write error", tmp);
+    if (!st && rename(tmp, path) != 0) st = dr_fail(err, DRAMA_EIO, "%s: cannot rename: %s", path, strerror(errno));
+    if (st) remove(tmp);
+    free(tmp);
+    return st;
+}
