@@ -53,4 +53,22 @@ drama_status dr_weight_bind(const dr_tensor *w, const dr_tensor *scale, const dr
                             const dr_tensor *bias, int64_t slice, int block_rows, int block_cols,
                             dr_weight *out, drama_error *err);
 
+/* dr_weight_bind with the logical input width when the caller knows it (in_cols > 0; 0 = derive
+ * from the shapes). MLX affine shapes alone are ambiguous (4-bit group 64 and 8-bit group 32
+ * give the same shapes): without in_cols the 4-bit reading wins, as FORMATS.md 4.4 makes 4 bits
+ * the required case. For the other formats a nonzero in_cols is checked against the shapes. */
+drama_status dr_weight_bind_ex(const dr_tensor *w, const dr_tensor *scale, const dr_tensor *scale2,
+                               const dr_tensor *bias, int64_t slice, int block_rows, int block_cols,
+                               int64_t in_cols, dr_weight *out, drama_error *err);
+
+/* A view of rows [r0, r1) of `w` (e.g. the gate and up halves of a fused gate_up_proj).
+ * For FP8_BLOCK r0 must be a multiple of block_rows (the view keeps the scale rows it needs). */
+drama_status dr_weight_rows(const dr_weight *w, int64_t r0, int64_t r1, dr_weight *out, drama_error *err);
+
+/* Bytes of W that a full product reads (codes + scales + biases): the bench's GB/s numerator. */
+size_t dr_weight_bytes(const dr_weight *w);
+
+/* One scale/bias element of dtype F32, BF16 or F16 at index i of an unaligned array. */
+float dr_weight_load_scale(const uint8_t *base, dr_dtype dt, int64_t i);
+
 #endif

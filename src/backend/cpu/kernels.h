@@ -1,0 +1,41 @@
+/* kernels.h - the CPU kernel variants behind matmul.h, exposed for tests, the bench and
+ * `drama contract`. Production code calls dr_cpu_matmul (which picks the best path once per call).
+ *
+ * Canonical dot product (every path computes exactly this, so results are bit-identical across
+ * paths, thread counts and batch sizes): 32 running sums, sum j taking k = j (mod 32) over the
+ * first len - len % 32 elements with fused multiply-add; then lane-wise (s[j] + s[8+j]) +
+ * (s[16+j] + s[24+j]) for j < 8, then ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)), then the tail
+ * elements in order with fused multiply-add. Dequantisation (exact per FORMATS.md 4) happens
+ * first, one weight row at a time, into fp32. */
+#ifndef DRAMA_BACKEND_CPU_KERNELS_H
+#define DRAMA_BACKEND_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "num/weight.h"
+
+typedef enum dr_cpu_path {
+    DR_CPU_AUTO = -1,    /* best the running CPU supports */
+    DR_CPU_PORTABLE = 0, /* plain C (fmaf) */
+    DR_CPU_AVX2 = 1      /* AVX2 + FMA + F16C, selected at run time */
+} dr_cpu_path;
+
+dr_cpu_path dr_cpu_best_path(void);
+const char *dr_cpu_path_name(dr_cpu_path p);
+
+/* dr_cpu_matmul_rows through an explicit path (an unsupported path falls back to portable). */
+void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                        dr_pool *pool, dr_cpu_path path);
+/* One weight row to fp32 through a path; equals dr_weight_dequant_row bit for bit. */
+void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_path path);
+/* The canonical dot product through a path. */
+float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path path);
+
+/* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
+void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);
+/* y[i * ldy] = dot(x + i * ldx, wrow, len) for i < n */
+void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
+                          int64_t ldy);
+
+#endif

@@ -1,0 +1,119 @@
+/* matmul.c - y = x W^T with W in its stored format: the driver (threads over output rows) and the
+ * portable path. The AVX2 path is in matmul_avx2.c; both compute the canonical dot product of
+ * kernels.h, so results do not depend on the path, the thread count or n. */
+#include "backend/cpu/matmul.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "base/alloc.h"
+#include "base/log.h"
+
+dr_cpu_path dr_cpu_best_path(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return DR_CPU_AVX2;
+#endif
+    return DR_CPU_PORTABLE;
+}
+
+const char *dr_cpu_path_name(dr_cpu_path p) {
+    switch (p) {
+    case DR_CPU_PORTABLE: return "portable";
+    case DR_CPU_AVX2: return "avx2";
+    default: return "auto";
+    }
+}
+
+static float dot_portable(const float *x, const float *w, int64_t len) {
+    float s[32] = {0};
+    int64_t k = 0;
+    for (; k + 32 <= len; k += 32)
+        for (int j = 0; j < 32; j++) s[j] = fmaf(x[k + j], w[k + j], s[j]);
+    float v[8];
+    for (int j = 0; j < 8; j++) v[j] = (s[j] + s[8 + j]) + (s[16 + j] + s[24 + j]);
+    float t = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+    for (; k < len; k++) t = fmaf(x[k], w[k], t);
+    return t;
+}
+
+static dr_cpu_path resolve(dr_cpu_path path) {
+    dr_cpu_path best = dr_cpu_best_path();
+    if (path == DR_CPU_AUTO) return best;
+    if (path == DR_CPU_AVX2 && best != DR_CPU_AVX2) return DR_CPU_PORTABLE;
+    return path;
+}
+
+float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path path) {
+    if (resolve(path) == DR_CPU_AVX2) {
+        float y;
+        dr_cpu_avx2_dot_rows(x, len, 1, w, len, &y, 1);
+        return y;
+    }
+    return dot_portable(x, w, len);
+}
+
+void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_path path) {
+    if (resolve(path) == DR_CPU_AVX2)
+        dr_cpu_avx2_dequant_row(w, r, out);
+    else
+        dr_weight_dequant_row(w, r, out);
+}
+
+typedef struct mm_job {
+    const dr_weight *w;
+    int64_t r0;       /* first weight row */
+    const float *x;
+    int64_t n;        /* activation rows */
+    float *y;
+    int64_t ldy;      /* r1 - r0 */
+    float *scratch;   /* one dequantised row per worker */
+    int64_t ld_scratch;
+    dr_cpu_path path;
+} mm_job;
+
+/* Task i: weight row r0 + i against every activation row. Each y element is produced by exactly
+ * one task, with a fixed operation order, so the split over workers cannot change it. */
+static void mm_task(void *ctx, int64_t i, int worker) {
+    mm_job *j = ctx;
+    float *wrow = j->scratch + (size_t)worker * (size_t)j->ld_scratch;
+    int64_t cols = j->w->cols;
+    if (j->path == DR_CPU_AVX2) {
+        dr_cpu_avx2_dequant_row(j->w, j->r0 + i, wrow);
+        dr_cpu_avx2_dot_rows(j->x, cols, j->n, wrow, cols, j->y + i, j->ldy);
+    } else {
+        dr_weight_dequant_row(j->w, j->r0 + i, wrow);
+        for (int64_t b = 0; b < j->n; b++) j->y[b * j->ldy + i] = dot_portable(j->x + b * cols, wrow, cols);
+    }
+}
+
+void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                        dr_pool *pool, dr_cpu_path path) {
+    if (!w || n <= 0 || r1 <= r0) return;
+    int threads = pool ? dr_pool_threads(pool) : 1;
+    if (threads < 1) threads = 1;
+    mm_job j = {.w = w, .r0 = r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .path = resolve(path)};
+    j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each worker's row on its own cache lines */
+    size_t bytes;
+    if (r0 < 0 || r1 > w->rows || w->cols <= 0 || !dr_mul_size((size_t)threads * 4, (size_t)j.ld_scratch, &bytes) ||
+        !(j.scratch = dr_alloc(bytes))) {
+        dr_log(DR_LOG_ERROR, "matmul %s: bad row range [%lld, %lld) or out of memory; output set to NaN",
+               w->name ? w->name : "weight", (long long)r0, (long long)r1);
+        for (int64_t i = 0; i < n * (r1 - r0); i++) y[i] = NAN;
+        return;
+    }
+    dr_pool_run(pool, r1 - r0, mm_task, &j);
+    dr_free(j.scratch);
+}
+
+void dr_cpu_matmul_rows(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                        dr_pool *pool) {
+    dr_cpu_matmul_path(w, r0, r1, x, n, y, pool, DR_CPU_AUTO);
+}
+
+void dr_cpu_matmul(const dr_weight *w, const float *x, int64_t n, float *y, dr_pool *pool) {
+    if (!w) return;
+    dr_cpu_matmul_path(w, 0, w->rows, x, n, y, pool, DR_CPU_AUTO);
+}

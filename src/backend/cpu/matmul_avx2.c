@@ -1,0 +1,187 @@
+/* matmul_avx2.c - AVX2/FMA/F16C dequantisation and the canonical dot product (kernels.h).
+ * Compiled for every x86-64 build through target attributes and called only after a run-time
+ * CPU check, so the binary still runs on older CPUs. Every dequantised value equals
+ * dr_weight_dequant_row's bit for bit (the same fp32 operations in the same order). */
+#include "backend/cpu/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "num/formats.h"
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+
+TGT static inline __m256i load8_u8(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v));
+}
+
+/* E4M3 bits placed into the fp32 exponent/mantissa field and scaled by 2^(127-7): exact for
+ * normals and subnormals alike; 0x7F/0xFF become NaN as in the table. */
+TGT static inline __m256 e4m3x8(__m256i b) {
+    __m256i em = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    __m256 mag = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(em, 20)), _mm256_set1_ps(0x1p120f));
+    __m256 nan_mask = _mm256_castsi256_ps(_mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7F)));
+    mag = _mm256_blendv_ps(mag, _mm256_set1_ps(NAN), nan_mask);
+    return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+/* eight 4-bit codes of a little-endian word, element k from bits 4k..4k+3 */
+TGT static inline __m256i nibbles8(const uint8_t *p) {
+    uint32_t word;
+    memcpy(&word, p, 4);
+    __m256i v = _mm256_set1_epi32((int)word);
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_and_si256(v, _mm256_set1_epi32(0xF));
+}
+
+TGT static inline __m256 e2m1x8(__m256i code) {
+    const __m256 mags = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    __m256 mag = _mm256_permutevar8x32_ps(mags, code); /* uses the low 3 bits */
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(8)), 28);
+    return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
+    const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    int64_t cols = w->cols;
+    switch (w->fmt) {
+    case DR_WF_F32: memcpy(out, row, (size_t)cols * 4); return;
+    case DR_WF_BF16: {
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * c));
+            __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+            _mm256_storeu_ps(out + c, _mm256_castsi256_ps(v));
+        }
+        for (; c < cols; c++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * c, 2);
+            out[c] = dr_bf16_to_f32(h);
+        }
+        return;
+    }
+    case DR_WF_F16: {
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8)
+            _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * c))));
+        for (; c < cols; c++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * c, 2);
+            out[c] = dr_f16_to_f32(h);
+        }
+        return;
+    }
+    case DR_WF_FP8_TENSOR:
+    case DR_WF_FP8_BLOCK: {
+        int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+        int64_t bc = per_tensor ? cols : w->block_cols;
+        int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
+        /* one segment per scale block, so a block width that is not a multiple of 8 still works */
+        for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+            int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
+            float s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + c0 / bc);
+            __m256 vs = _mm256_set1_ps(s);
+            int64_t c = c0;
+            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8(load8_u8(row + c)), vs));
+            for (; c < c1; c++) out[c] = dr_e4m3_to_f32(row[c]) * s;
+        }
+        return;
+    }
+    case DR_WF_NVFP4: {
+        const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
+        __m256 g = _mm256_set1_ps(w->global_scale);
+        for (int64_t c = 0; c < cols; c += 16) { /* cols % 16 == 0 is checked at bind */
+            __m256 s = _mm256_set1_ps(dr_ue4m3_to_f32(srow[c / 16]));
+            __m256 lo = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2)), s);
+            __m256 hi = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2 + 4)), s);
+            _mm256_storeu_ps(out + c, _mm256_mul_ps(lo, g));
+            _mm256_storeu_ps(out + c + 8, _mm256_mul_ps(hi, g));
+        }
+        return;
+    }
+    case DR_WF_AFFINE: {
+        int64_t sbase = r * w->scale_cols;
+        int64_t g = w->group; /* 32, 64 or 128: a multiple of 8 */
+        for (int64_t c0 = 0; c0 < cols; c0 += g) {
+            __m256 s = _mm256_set1_ps(dr_weight_load_scale(w->scales, w->scale_dtype, sbase + c0 / g));
+            __m256 b = _mm256_set1_ps(dr_weight_load_scale(w->biases, w->scale_dtype, sbase + c0 / g));
+            for (int64_t c = c0; c < c0 + g; c += 8) {
+                __m256i q = w->bits == 4 ? nibbles8(row + c / 2) : load8_u8(row + c);
+                /* mul then add (no fma): the reference's two roundings */
+                __m256 v = _mm256_add_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(q)), b);
+                _mm256_storeu_ps(out + c, v);
+            }
+        }
+        return;
+    }
+    default: dr_weight_dequant_row(w, r, out); return;
+    }
+}
+
+TGT static inline float hsum_canonical(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* v_j + v_{j+4} */
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                 /* (0+2), (1+3) */
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
+                              int64_t ldy) {
+    int64_t body = len & ~(int64_t)31;
+    int64_t b = 0;
+    /* two activation rows per pass: each weight load feeds two independent accumulator sets */
+    for (; b + 2 <= n; b += 2) {
+        const float *xa = x + b * ldx, *xb = xa + ldx;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int64_t k = 0; k < body; k += 32) {
+            __m256 w0 = _mm256_loadu_ps(wrow + k), w1 = _mm256_loadu_ps(wrow + k + 8);
+            __m256 w2 = _mm256_loadu_ps(wrow + k + 16), w3 = _mm256_loadu_ps(wrow + k + 24);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k), w0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 8), w1, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 16), w2, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 24), w3, a3);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + k), w0, b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + k + 8), w1, b1);
+            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + k + 16), w2, b2);
+            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + k + 24), w3, b3);
+        }
+        float ta = hsum_canonical(a0, a1, a2, a3), tb = hsum_canonical(b0, b1, b2, b3);
+        for (int64_t k = body; k < len; k++) {
+            ta = fmaf(xa[k], wrow[k], ta);
+            tb = fmaf(xb[k], wrow[k], tb);
+        }
+        y[b * ldy] = ta;
+        y[(b + 1) * ldy] = tb;
+    }
+    for (; b < n; b++) {
+        const float *xa = x + b * ldx;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < body; k += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k), _mm256_loadu_ps(wrow + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 8), _mm256_loadu_ps(wrow + k + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 16), _mm256_loadu_ps(wrow + k + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + k + 24), _mm256_loadu_ps(wrow + k + 24), a3);
+        }
+        float ta = hsum_canonical(a0, a1, a2, a3);
+        for (int64_t k = body; k < len; k++) ta = fmaf(xa[k], wrow[k], ta);
+        y[b * ldy] = ta;
+    }
+}
+
+#else /* not x86: never selected (dr_cpu_best_path returns portable); defined for the linker */
+
+void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) { dr_weight_dequant_row(w, r, out); }
+
+void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
+                          int64_t ldy) {
+    for (int64_t b = 0; b < n; b++) y[b * ldy] = dr_cpu_dot_path(x + b * ldx, wrow, len, DR_CPU_PORTABLE);
+}
+#endif
