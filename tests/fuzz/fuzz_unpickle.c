@@ -1,0 +1,36 @@
+/* libFuzzer target: the restricted unpickler and the torch-zip reader. Inputs starting with
+ * "PK" are whole archives (dr_pth_open_memory), anything else is a bare pickle (dr_pk_load).
+ * Any input must end in DRAMA_OK or a named error; sanitizers catch the rest. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "io/torchzip.h"
+#include "io/unpickle.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    drama_error err = {0};
+    if (size >= 2 && data[0] == 'P' && data[1] == 'K') {
+        dr_pth *p = NULL;
+        if (dr_pth_open_memory(data, size, "fuzz.pth", &p, &err) == DRAMA_OK) {
+            for (int64_t i = 0; i < dr_pth_count(p); i++) {
+                const dr_tensor *t = dr_pth_at(p, i);
+                volatile uint8_t sink = 0;
+                if (t->nbytes) sink ^= t->data[0] ^ t->data[t->nbytes - 1];
+                (void)sink;
+            }
+            dr_pth_close(p);
+        } else if (!err.message[0]) {
+            abort(); /* a failure must name its cause */
+        }
+        return 0;
+    }
+    dr_pk_limits lim = {.max_values = 1 << 16, .max_stack = 1 << 12, .max_memo = 1 << 14};
+    dr_pk *pk = NULL;
+    const dr_pk_value *root = NULL;
+    if (dr_pk_load(data, size, "fuzz.pkl", &lim, &pk, &root, &err) == DRAMA_OK) dr_pk_free(pk);
+    else if (!err.message[0]) abort();
+    return 0;
+}
