@@ -36,4 +36,24 @@ const char *dr_ckpt_warning(const dr_ckpt *c, int i);
 drama_status dr_ckpt_detect_prefix(const dr_ckpt *c, const char *forced, char *buf, size_t buflen,
                                    drama_error *err);
 
+/* ---- index parsing (exposed for tests and fuzzing) ----
+ * Parse model.safetensors.index.json text (FORMATS.md section 2, rules 1-2: weight_map required
+ * and non-empty, values plain shard file names, metadata an object of any JSON, duplicate keys
+ * rejected). `label` names the file in messages. */
+typedef struct dr_ckpt_index {
+    json_t *root;            /* owned */
+    const json_t *metadata;  /* borrowed from root; NULL when absent */
+    int64_t count;           /* weight_map entries, in file order */
+    const char **names;      /* [count] tensor names (borrowed from root) */
+    int *shard_of;           /* [count] index into shards */
+    int nshards;
+    const char **shards;     /* distinct shard names in order of first use (borrowed from root) */
+    int has_total_size;      /* metadata.total_size present and a non-negative integer */
+    uint64_t total_size;
+} dr_ckpt_index;
+
+drama_status dr_ckpt_parse_index(const char *text, size_t len, const char *label, dr_ckpt_index **out,
+                                 drama_error *err);
+void dr_ckpt_index_free(dr_ckpt_index *ix);
+
 #endif
