@@ -1,0 +1,284 @@
+/* tower.c - binding of the tower tensors and the H1 math (TOWER-H1.md). */
+#include "model/tower.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "base/alloc.h"
+#include "io/safetensors.h"
+
+#define SHARED_PREFIX "audio_decoder_mtp_shared.layers."
+#define CB_PREFIX "audio_decoder_mtp.layers."
+#define HEAD_PREFIX "audio_decoder_mtp.heads."
+
+drama_status dr_tower_dims_from_config(const dr_config *cfg, dr_tower_dims *d, drama_error *err) {
+    const dr_audio_config *a = &cfg->audio;
+    const dr_switches *sw = &cfg->sw;
+    memset(d, 0, sizeof *d);
+    d->dim = a->dim;
+    d->n_head = a->n_head;
+    d->n_kv_head = a->n_local_heads;
+    d->head_dim = a->head_dim;
+    d->ffn = a->intermediate_size;
+    d->eps = a->norm_eps;
+    d->num_codebooks = a->num_codebooks;
+    d->n_shared = a->shared_enrichment_layers;
+    d->code_stride = sw->tower_code_stride;
+    d->head_vocab = sw->tower_head_vocab;
+    d->rope_dims = sw->tower_rope_dims;
+    d->rope_base = a->rope_base;
+    d->rope_half = sw->tower_rope_half;
+    d->rope_freq_head_dim = sw->tower_rope_freq_head_dim;
+    d->norm_offset = sw->tower_norm_offset;
+    d->concat_hidden_first = sw->tower_concat_hidden_first;
+    d->shared_code_none = sw->tower_shared_code_none;
+    d->qk_norm = sw->tower_qk_norm;
+    d->prefill_same_row = sw->tower_prefill_same_row;
+    d->input_pre_norm = sw->tower_input_pre_norm;
+    d->code_table = sw->tower_code_table;
+    const char *k = a->key[0] ? a->key : "audio_decoder_config";
+    if (d->dim <= 0 || d->n_head <= 0 || d->n_kv_head <= 0 || d->head_dim <= 0)
+        return dr_fail(err, DRAMA_EFORMAT, "config.json: %s: dim, n_head, n_local_heads, head_dim must be positive", k);
+    if (d->n_head % d->n_kv_head)
+        return dr_fail(err, DRAMA_EFORMAT, "config.json: %s: n_head %d is not a multiple of n_local_heads %d", k,
+                       d->n_head, d->n_kv_head);
+    if (d->num_codebooks < 2 || d->n_shared < 0)
+        return dr_fail(err, DRAMA_EFORMAT, "config.json: %s: num_codebooks %d / shared_enrichment_layers %d unusable",
+                       k, d->num_codebooks, d->n_shared);
+    if (d->num_codebooks - 1 > 14)
+        return dr_fail(err, DRAMA_EUNSUPPORTED, "config.json: %s: num_codebooks %d exceeds the 15 the RNG slots allow",
+                       k, d->num_codebooks);
+    if (d->code_stride <= 0) return dr_fail(err, DRAMA_EFORMAT, "switch tower.code_stride: must be positive");
+    if (d->head_vocab <= 0) return dr_fail(err, DRAMA_EFORMAT, "switch tower.head_vocab: must be positive");
+    if (d->rope_dims < 0 || d->rope_dims > d->head_dim || d->rope_dims % 2)
+        return dr_fail(err, DRAMA_EFORMAT, "switch tower.rope_dims: %d must be even and within head_dim %d",
+                       d->rope_dims, d->head_dim);
+    if (!(d->eps > 0) || !(d->rope_base > 0))
+        return dr_fail(err, DRAMA_EFORMAT, "config.json: %s: norm_eps and rope_base must be positive", k);
+    if (!d->code_table || !d->code_table[0]) return dr_fail(err, DRAMA_EFORMAT, "switch tower.code_table: empty");
+    return DRAMA_OK;
+}
+
+/* ---------------- binding ---------------- */
+
+static drama_status bind_vec(dr_tower_find_fn find, void *ctx, const char *name, int64_t expect, int64_t *got,
+                             float offset, float **out, drama_error *err) {
+    const dr_tensor *t = find(ctx, name);
+    if (!t) return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: missing", name);
+    if (t->ndim != 1 || (expect > 0 && t->shape[0] != expect))
+        return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: expected [%lld], found %d-D [%lld%s]", name,
+                       (long long)expect, t->ndim, (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", ..." : "");
+    *out = dr_alloc((size_t)t->shape[0] * sizeof(float));
+    if (!*out) return dr_fail(err, DRAMA_ENOMEM, "tower tensor %s: out of memory", name);
+    drama_status st = dr_st_to_f32(t, *out, err);
+    if (st) {
+        dr_error_prefix(err, "tower tensor %s: ", name);
+        return st;
+    }
+    for (int64_t i = 0; i < t->shape[0]; i++) (*out)[i] += offset;
+    if (got) *got = t->shape[0];
+    return DRAMA_OK;
+}
+
+/* A matrix [rows, cols] in any stored format; companions found by their conventional names. */
+static drama_status bind_mat(dr_tower_find_fn find, void *ctx, const char *name, int64_t rows, int64_t cols,
+                             dr_weight *w, drama_error *err) {
+    const dr_tensor *t = find(ctx, name);
+    if (!t) return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: missing", name);
+    char base[256], buf[300];
+    snprintf(base, sizeof base, "%s", name);
+    size_t bl = strlen(base);
+    if (bl > 7 && !strcmp(base + bl - 7, ".weight")) base[bl - 7] = 0;
+    snprintf(buf, sizeof buf, "%s.weight_scale_inv", base);
+    const dr_tensor *scale = find(ctx, buf);
+    if (!scale) {
+        snprintf(buf, sizeof buf, "%s.weight_scale", base);
+        scale = find(ctx, buf);
+    }
+    if (!scale) {
+        snprintf(buf, sizeof buf, "%s.scales", base);
+        scale = find(ctx, buf);
+    }
+    snprintf(buf, sizeof buf, "%s.weight_scale_2", base);
+    const dr_tensor *scale2 = find(ctx, buf);
+    snprintf(buf, sizeof buf, "%s.biases", base);
+    const dr_tensor *bias = find(ctx, buf);
+    drama_status st = dr_weight_bind_ex(t, scale, scale2, bias, -1, 0, 0, cols > 0 ? cols : 0, w, err);
+    if (st) return st;
+    if ((rows > 0 && w->rows != rows) || (rows < 0 && w->rows < -rows) || (cols > 0 && w->cols != cols))
+        return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: expected [%s%lld, %lld], found [%lld, %lld]", name,
+                       rows < 0 ? ">= " : "", (long long)(rows < 0 ? -rows : rows), (long long)cols,
+                       (long long)w->rows, (long long)w->cols);
+    return DRAMA_OK;
+}
+
+static drama_status bind_layer(dr_tower *t, int l, dr_tower_find_fn find, void *ctx, drama_error *err) {
+    const dr_tower_dims *d = &t->d;
+    dr_tower_layer *L = &t->layers[l];
+    if (l < d->n_shared) snprintf(L->prefix, sizeof L->prefix, SHARED_PREFIX "%d.", l);
+    else snprintf(L->prefix, sizeof L->prefix, CB_PREFIX "%d.", l - d->n_shared);
+    char n[256];
+    float off = (float)d->norm_offset;
+    int64_t de = 0, dh = 0;
+    drama_status st;
+#define NAME(s) (snprintf(n, sizeof n, "%s%s", L->prefix, s), n)
+    if ((st = bind_vec(find, ctx, NAME("enorm.weight"), l ? t->layers[0].de : 0, &de, off, &L->enorm, err))) return st;
+    if ((st = bind_vec(find, ctx, NAME("hnorm.weight"), l ? d->dim : 0, &dh, off, &L->hnorm, err))) return st;
+    L->de = (int)de;
+    L->dh = (int)dh;
+    int64_t D = d->dim, hd = d->head_dim;
+    int64_t qkv = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd;
+    if ((st = bind_mat(find, ctx, NAME("eh_proj.weight"), D, de + dh, &L->eh_proj, err))) return st;
+    if ((st = bind_vec(find, ctx, NAME("attention_norm.weight"), D, NULL, off, &L->attention_norm, err))) return st;
+    if ((st = bind_vec(find, ctx, NAME("ffn_norm.weight"), D, NULL, off, &L->ffn_norm, err))) return st;
+    if ((st = bind_vec(find, ctx, NAME("out_norm.weight"), D, NULL, off, &L->out_norm, err))) return st;
+    if ((st = bind_mat(find, ctx, NAME("attention.wqkv.weight"), qkv, D, &L->wqkv, err))) return st;
+    if ((st = bind_mat(find, ctx, NAME("attention.wo.weight"), D, (int64_t)d->n_head * hd, &L->wo, err))) return st;
+    if ((st = bind_mat(find, ctx, NAME("feed_forward.w1.weight"), l ? t->ffn : (d->ffn > 0 ? d->ffn : 0), D, &L->w1,
+                       err)))
+        return st;
+    if (l == 0) {
+        if (d->ffn > 0 && L->w1.rows != d->ffn)
+            return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: %lld rows, config intermediate_size is %lld", n,
+                           (long long)L->w1.rows, (long long)d->ffn);
+        t->ffn = L->w1.rows;
+    }
+    if ((st = bind_mat(find, ctx, NAME("feed_forward.w3.weight"), t->ffn, D, &L->w3, err))) return st;
+    if ((st = bind_mat(find, ctx, NAME("feed_forward.w2.weight"), D, t->ffn, &L->w2, err))) return st;
+    if (d->qk_norm) {
+        if ((st = bind_vec(find, ctx, NAME("attention.q_norm.weight"), hd, NULL, off, &L->q_norm, err))) return st;
+        if ((st = bind_vec(find, ctx, NAME("attention.k_norm.weight"), hd, NULL, off, &L->k_norm, err))) return st;
+    }
+#undef NAME
+    return DRAMA_OK;
+}
+
+drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
+                           drama_error *err) {
+    memset(t, 0, sizeof *t);
+    t->d = *d;
+    t->n_heads_out = d->num_codebooks - 1;
+    t->n_layers = d->n_shared + t->n_heads_out;
+    t->layers = dr_calloc((size_t)t->n_layers, sizeof *t->layers);
+    t->heads = dr_calloc((size_t)t->n_heads_out, sizeof *t->heads);
+    t->rope_freq = dr_calloc((size_t)(d->rope_dims / 2 + 1), sizeof(float));
+    drama_status st = DRAMA_OK;
+    if (!t->layers || !t->heads || !t->rope_freq) {
+        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < t->n_layers; l++)
+        if ((st = bind_layer(t, l, find, ctx, err))) goto fail;
+    t->input_dim = t->layers[0].dh;
+    int64_t de = t->layers[0].de;
+    if ((st = bind_mat(find, ctx, d->code_table, -(int64_t)d->num_codebooks * d->code_stride, de, &t->code_table, err)))
+        goto fail;
+    for (int j = 0; j < t->n_heads_out; j++) {
+        char n[128];
+        snprintf(n, sizeof n, HEAD_PREFIX "%d.weight", j);
+        if ((st = bind_mat(find, ctx, n, -(int64_t)d->head_vocab, d->dim, &t->heads[j], err))) goto fail;
+    }
+    /* f_i = base^(-2i/R) with R = rope_dims, or head_dim with tower.rope_freq_dims = head_dim */
+    double denom = d->rope_freq_head_dim ? d->head_dim : d->rope_dims;
+    for (int i = 0; i < d->rope_dims / 2; i++) t->rope_freq[i] = (float)pow(d->rope_base, -2.0 * i / denom);
+    return DRAMA_OK;
+fail:
+    dr_tower_release(t);
+    return st;
+}
+
+void dr_tower_release(dr_tower *t) {
+    if (!t) return;
+    for (int l = 0; t->layers && l < t->n_layers; l++) {
+        dr_tower_layer *L = &t->layers[l];
+        dr_free(L->enorm);
+        dr_free(L->hnorm);
+        dr_free(L->attention_norm);
+        dr_free(L->ffn_norm);
+        dr_free(L->out_norm);
+        dr_free(L->q_norm);
+        dr_free(L->k_norm);
+    }
+    dr_free(t->layers);
+    dr_free(t->heads);
+    dr_free(t->rope_freq);
+    t->layers = NULL;
+    t->heads = NULL;
+    t->rope_freq = NULL;
+}
+
+/* ---------------- caches ---------------- */
+
+drama_status dr_tower_cache_reserve(dr_tower_cache *c, int64_t need, drama_error *err) {
+    if (need <= c->cap) return DRAMA_OK;
+    int64_t cap = c->cap ? c->cap : 64;
+    while (cap < need) cap *= 2;
+    size_t bytes;
+    if (!dr_mul_size((size_t)cap, (size_t)c->kv_dim * sizeof(float), &bytes))
+        return dr_fail(err, DRAMA_ENOMEM, "tower cache: %lld positions overflow", (long long)cap);
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int kv = 0; kv < 2; kv++) {
+            float **p = kv ? &c->v[l] : &c->k[l];
+            float *nb = dr_alloc(bytes);
+            if (!nb) return dr_fail(err, DRAMA_ENOMEM, "tower cache: cannot grow to %lld positions", (long long)cap);
+            if (*p && c->len) memcpy(nb, *p, (size_t)c->len * c->kv_dim * sizeof(float));
+            dr_free(*p);
+            *p = nb;
+        }
+    }
+    c->cap = cap;
+    return DRAMA_OK;
+}
+
+drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_cache **out, drama_error *err) {
+    *out = NULL;
+    dr_tower_cache *c = dr_calloc(1, sizeof *c);
+    if (!c) return dr_fail(err, DRAMA_ENOMEM, "tower cache: out of memory");
+    c->n_layers = t->n_layers;
+    c->kv_dim = t->d.n_kv_head * t->d.head_dim;
+    c->k = dr_calloc((size_t)c->n_layers, sizeof *c->k);
+    c->v = dr_calloc((size_t)c->n_layers, sizeof *c->v);
+    drama_status st = (!c->k || !c->v) ? dr_fail(err, DRAMA_ENOMEM, "tower cache: out of memory")
+                                       : dr_tower_cache_reserve(c, reserve > 0 ? reserve : 64, err);
+    if (st) {
+        dr_tower_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return DRAMA_OK;
+}
+
+void dr_tower_cache_free(dr_tower_cache *c) {
+    if (!c) return;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->k) dr_free(c->k[l]);
+        if (c->v) dr_free(c->v[l]);
+    }
+    dr_free(c->k);
+    dr_free(c->v);
+    dr_free(c);
+}
+
+void dr_tower_cache_reset(dr_tower_cache *c) {
+    if (c) c->len = 0;
+}
+
+void dr_tower_cache_truncate(dr_tower_cache *c, int64_t len) {
+    if (c && len >= 0 && len < c->len) c->len = len;
+}
+
+drama_status dr_tower_cache_copy(const dr_tower_cache *src, dr_tower_cache *dst, drama_error *err) {
+    if (src->n_layers != dst->n_layers || src->kv_dim != dst->kv_dim)
+        return dr_fail(err, DRAMA_EINTERNAL, "tower cache copy: caches of different towers");
+    dst->len = 0;
+    drama_status st = dr_tower_cache_reserve(dst, src->len, err);
+    if (st) return st;
+    for (int l = 0; l < src->n_layers; l++) {
+        memcpy(dst->k[l], src->k[l], (size_t)src->len * src->kv_dim * sizeof(float));
+        memcpy(dst->v[l], src->v[l], (size_t)src->len * src->kv_dim * sizeof(float));
+    }
+    dst->len = src->len;
+    return DRAMA_OK;
+}

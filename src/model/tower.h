@@ -1,0 +1,111 @@
+/* tower.h - the codebook tower ("codebook MTP"), hypothesis H1 (MODEL.md 7,
+ * ../shared/golden/TOWER-H1.md).
+ *
+ * 13 layers (shared_enrichment_layers shared + num_codebooks-1 per-codebook), each
+ *   out_norm(Block(eh_proj([enorm(mask * E[code + k*V]); hnorm(h_in)])))
+ * with its own causal KV cache over the whole sequence, partial RoPE, and 9 heads of which the
+ * first head_vocab logits are used. Every uncertain choice is a switch of model/config.h and is
+ * read into dr_tower_dims; nothing here is a literal of the golden shapes.
+ *
+ * Weights stay in their stored format (dr_weight into the mapped checkpoint); only the norm
+ * vectors are copied to fp32 at bind. A dr_tower is immutable after bind and shared by every
+ * session; per-request state lives in a dr_tower_cache.
+ */
+#ifndef DRAMA_MODEL_TOWER_H
+#define DRAMA_MODEL_TOWER_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/pool.h"
+#include "base/tensor.h"
+#include "model/config.h"
+#include "num/weight.h"
+
+/* Everything the tower math needs, from config + switches (or set directly by a benchmark). */
+typedef struct dr_tower_dims {
+    int dim;               /* D, width of every layer's output */
+    int n_head, n_kv_head, head_dim;
+    int64_t ffn;           /* F (informational; read from w1's shape) */
+    double eps;            /* norm_eps */
+    int num_codebooks;     /* NC: a frame has NC codes, the tower predicts codes 1..NC-1 */
+    int n_shared;          /* shared_enrichment_layers */
+    int64_t code_stride;   /* V, switch tower.code_stride */
+    int head_vocab;        /* switch tower.head_vocab */
+    int rope_dims;         /* switch tower.rope_dims (resolved) */
+    double rope_base;
+    int rope_half;         /* switch tower.rope_pairing: 0 interleaved (x[2i], x[2i+1]), 1 half */
+    int rope_freq_head_dim;/* switch tower.rope_freq_dims: 0 exponent -2i/rope_dims, 1 -2i/head_dim */
+    double norm_offset;    /* switch tower.norm_offset: rms(x) * (w + offset) */
+    int concat_hidden_first; /* switch tower.concat_order */
+    int shared_code_none;  /* switch tower.shared_code: 1 = shared layers run with mask 0 */
+    int qk_norm;           /* switch tower.qk_norm */
+    int prefill_same_row;  /* switch tower.prefill_codes (used by the frame loop) */
+    int input_pre_norm;    /* switch tower.input (used by the frame loop) */
+    const char *code_table;/* switch tower.code_table: tensor name */
+} dr_tower_dims;
+
+/* Fill dims from a loaded config (audio sub-config + tower.* switches). */
+drama_status dr_tower_dims_from_config(const dr_config *cfg, dr_tower_dims *d, drama_error *err);
+
+typedef struct dr_tower_layer {
+    char prefix[64];       /* "audio_decoder_mtp_shared.layers.0." */
+    int de, dh;            /* widths of the embedding and hidden inputs (from enorm / hnorm) */
+    float *enorm, *hnorm, *attention_norm, *ffn_norm, *out_norm; /* fp32 copies, offset added */
+    float *q_norm, *k_norm;  /* [head_dim] when qk_norm, else NULL */
+    dr_weight eh_proj, wqkv, wo, w1, w2, w3;
+} dr_tower_layer;
+
+typedef struct dr_tower {
+    dr_tower_dims d;
+    int n_layers;          /* n_shared + num_codebooks - 1 */
+    int n_heads_out;       /* num_codebooks - 1 */
+    int64_t ffn;
+    int input_dim;         /* width of the tower input h (hnorm of layer 0) */
+    dr_tower_layer *layers;
+    dr_weight code_table;  /* [NC * V (or more), De] */
+    dr_weight *heads;      /* [n_heads_out], each [>= head_vocab, D] */
+    float *rope_freq;      /* [rope_dims / 2] */
+} dr_tower;
+
+/* Tensor lookup used by bind: a checkpoint, or an in-memory table (benchmarks, tests). */
+typedef const dr_tensor *(*dr_tower_find_fn)(void *ctx, const char *name);
+
+/* Bind every tower tensor; shapes checked against dims, errors name the tensor and both shapes. */
+drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
+                           drama_error *err);
+void dr_tower_release(dr_tower *t); /* frees the fp32 norm copies and arrays; t itself is the caller's */
+
+/* Per-request KV caches of all layers, positions 0..len-1. Grows as needed. */
+typedef struct dr_tower_cache {
+    int n_layers, kv_dim;  /* kv_dim = n_kv_head * head_dim */
+    int64_t len, cap;
+    float **k, **v;        /* [n_layers][cap * kv_dim] */
+} dr_tower_cache;
+
+drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_cache **out, drama_error *err);
+void dr_tower_cache_free(dr_tower_cache *c);
+/* Capacity for `positions` positions (keeps the contents). */
+drama_status dr_tower_cache_reserve(dr_tower_cache *c, int64_t positions, drama_error *err);
+void dr_tower_cache_reset(dr_tower_cache *c);                  /* len = 0 */
+void dr_tower_cache_truncate(dr_tower_cache *c, int64_t len);  /* keep positions < len */
+drama_status dr_tower_cache_copy(const dr_tower_cache *src, dr_tower_cache *dst, drama_error *err);
+
+/* Teacher-forced pass over n rows at positions cache->len .. cache->len+n-1 (all layers).
+ * h [n][input_dim], codes [n][NC] (row r: the codes paired with tower row r), mask [n] (0/1).
+ * Optional outputs: layer_out [n_layers][n][D], logits [n][NC-1][head_vocab]. */
+drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const float *h, const int32_t *codes,
+                              const uint8_t *mask, float *layer_out, float *logits, dr_pool *pool,
+                              drama_error *err);
+
+/* Chooses code j (1..NC-1) from the head logits [n] (n = head_vocab). */
+typedef drama_status (*dr_tower_pick_fn)(void *ctx, int codebook, const float *logits, int n, int *code,
+                                         drama_error *err);
+
+/* Generation at position cache->len: h [input_dim], c0 given, mask 1; codes[1..NC-1] chosen one
+ * after another by pick. codes[0] = c0 on return. head_logits [NC-1][head_vocab] optional. */
+drama_status dr_tower_generate(const dr_tower *t, dr_tower_cache *c, const float *h, int32_t c0,
+                               dr_tower_pick_fn pick, void *pick_ctx, int32_t *codes, float *head_logits,
+                               dr_pool *pool, drama_error *err);
+
+#endif

@@ -1,0 +1,286 @@
+/* tower_run.c - the tower's arithmetic (TOWER-H1.md "One layer"), teacher-forced and generating.
+ * Activations fp32; sums of squares and attention weights accumulate in double so the result
+ * does not depend on how rows are grouped. Row i of every product depends only on row i of its
+ * input (backend/cpu/matmul.h), and attention is computed per (row, head), so a row's result is
+ * identical whether it runs alone, in a prefill batch, or with another session. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "base/alloc.h"
+#include "model/tower.h"
+
+typedef struct scratch {
+    int n;
+    float *e, *x, *u, *a, *qkv, *o, *tmp, *g1, *g3, *heads;
+    float *scores;  /* [n_workers][max_len] */
+    int n_workers;
+    int64_t max_len;
+} scratch;
+
+static void scratch_free(scratch *s) {
+    dr_free(s->e);
+    dr_free(s->x);
+    dr_free(s->u);
+    dr_free(s->a);
+    dr_free(s->qkv);
+    dr_free(s->o);
+    dr_free(s->tmp);
+    dr_free(s->g1);
+    dr_free(s->g3);
+    dr_free(s->heads);
+    dr_free(s->scores);
+    memset(s, 0, sizeof *s);
+}
+
+static float *alloc_f(int64_t a, int64_t b) {
+    size_t bytes;
+    if (!dr_mul_size((size_t)a, (size_t)b * sizeof(float), &bytes)) return NULL;
+    return dr_alloc(bytes ? bytes : sizeof(float));
+}
+
+static drama_status scratch_init(scratch *s, const dr_tower *t, int n, int64_t max_len, dr_pool *pool,
+                                 drama_error *err) {
+    memset(s, 0, sizeof *s);
+    const dr_tower_dims *d = &t->d;
+    int64_t de = t->layers[0].de, dh = t->input_dim > d->dim ? t->input_dim : d->dim;
+    int64_t qkv = (int64_t)(d->n_head + 2 * d->n_kv_head) * d->head_dim;
+    s->n = n;
+    s->n_workers = pool ? dr_pool_threads(pool) : 1;
+    s->max_len = max_len;
+    s->e = alloc_f(n, de);
+    s->x = alloc_f(n, de + dh);
+    s->u = alloc_f(n, d->dim);
+    s->a = alloc_f(n, d->dim);
+    s->qkv = alloc_f(n, qkv);
+    s->o = alloc_f(n, (int64_t)d->n_head * d->head_dim);
+    s->tmp = alloc_f(n, d->dim);
+    s->g1 = alloc_f(n, t->ffn);
+    s->g3 = alloc_f(n, t->ffn);
+    s->heads = alloc_f(n, d->head_vocab);
+    s->scores = alloc_f(s->n_workers, max_len);
+    if (!s->e || !s->x || !s->u || !s->a || !s->qkv || !s->o || !s->tmp || !s->g1 || !s->g3 || !s->heads ||
+        !s->scores) {
+        scratch_free(s);
+        return dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate activations for %d rows", n);
+    }
+    return DRAMA_OK;
+}
+
+/* rms(x, w) = x * (mean(x^2) + eps)^(-1/2) * w; w already carries tower.norm_offset. */
+static void rms_norm(const float *x, const float *w, int64_t len, double eps, float *y) {
+    double ss = 0;
+    for (int64_t i = 0; i < len; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / (double)len + eps));
+    for (int64_t i = 0; i < len; i++) y[i] = x[i] * r * w[i];
+}
+
+static void rope(const dr_tower *t, float *x, int64_t pos) {
+    const dr_tower_dims *d = &t->d;
+    int half = d->rope_dims / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)pos * t->rope_freq[i];
+        float c = (float)cos(ang), s = (float)sin(ang);
+        int ia = d->rope_half ? i : 2 * i, ib = d->rope_half ? i + half : 2 * i + 1;
+        float a = x[ia], b = x[ib];
+        x[ia] = a * c - b * s;
+        x[ib] = b * c + a * s;
+    }
+}
+
+typedef struct attn_ctx {
+    const dr_tower *t;
+    const dr_tower_cache *c;
+    int layer;
+    int64_t pos0;
+    scratch *s;
+    int64_t qkv_dim;
+} attn_ctx;
+
+/* One (row, query head): softmax(q K^T / sqrt(hd)) V over positions 0..pos0+row. */
+static void attn_one(void *vctx, int64_t idx, int worker) {
+    attn_ctx *a = vctx;
+    const dr_tower_dims *d = &a->t->d;
+    int64_t row = idx / d->n_head;
+    int h = (int)(idx % d->n_head);
+    int hd = d->head_dim, kvh = h / (d->n_head / d->n_kv_head);
+    const float *q = a->s->qkv + row * a->qkv_dim + (int64_t)h * hd;
+    const float *K = a->c->k[a->layer], *Vc = a->c->v[a->layer];
+    int64_t kvd = a->c->kv_dim, npos = a->pos0 + row + 1;
+    float *sc = a->s->scores + (int64_t)worker * a->s->max_len;
+    double scale = 1.0 / sqrt((double)hd), mx = -INFINITY;
+    for (int64_t p = 0; p < npos; p++) {
+        const float *k = K + p * kvd + (int64_t)kvh * hd;
+        double dot = 0;
+        for (int i = 0; i < hd; i++) dot += (double)q[i] * k[i];
+        sc[p] = (float)(dot * scale);
+        if (sc[p] > mx) mx = sc[p];
+    }
+    double z = 0;
+    for (int64_t p = 0; p < npos; p++) {
+        sc[p] = (float)exp(sc[p] - mx);
+        z += sc[p];
+    }
+    float *o = a->s->o + row * (int64_t)d->n_head * hd + (int64_t)h * hd;
+    for (int i = 0; i < hd; i++) {
+        double acc = 0;
+        for (int64_t p = 0; p < npos; p++) acc += (double)sc[p] * Vc[p * kvd + (int64_t)kvh * hd + i];
+        o[i] = (float)(acc / z);
+    }
+}
+
+/* One layer over n rows at positions c->len .. c->len+n-1. in [n][L->dh] -> out [n][D].
+ * codes[r] / mask[r]: the code embedded by row r (table slot `slot`). */
+static drama_status layer_forward(const dr_tower *t, dr_tower_cache *c, int l, int n, const float *in,
+                                  const int32_t *code, int64_t code_stride_rows, const uint8_t *mask, int slot,
+                                  float *out, scratch *s, dr_pool *pool, drama_error *err) {
+    const dr_tower_dims *d = &t->d;
+    const dr_tower_layer *L = &t->layers[l];
+    int64_t D = d->dim, de = L->de, dh = L->dh, hd = d->head_dim;
+    int64_t qkv_dim = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd, kvd = c->kv_dim;
+    int64_t xw = de + dh;
+    /* u = eh_proj(concat(enorm(e), hnorm(h))); rms(0) = 0, so a masked row contributes nothing */
+    for (int r = 0; r < n; r++) {
+        float *e = s->e + r * de;
+        float *x = s->x + r * xw;
+        float *xe = d->concat_hidden_first ? x + dh : x;
+        float *xh = d->concat_hidden_first ? x : x + de;
+        int on = mask[r] != 0;
+        if (on) {
+            int32_t cd = code[r * code_stride_rows];
+            int64_t row = (int64_t)cd + (int64_t)slot * d->code_stride;
+            if (cd < 0 || cd >= d->code_stride || row >= t->code_table.rows)
+                return dr_fail(err, DRAMA_EINVAL, "tower layer %s: code %d of codebook %d out of range [0, %lld)",
+                               L->prefix, (int)cd, slot, (long long)d->code_stride);
+            dr_weight_dequant_row(&t->code_table, row, e);
+            rms_norm(e, L->enorm, de, d->eps, xe);
+        } else {
+            memset(xe, 0, (size_t)de * sizeof(float));
+        }
+        rms_norm(in + r * dh, L->hnorm, dh, d->eps, xh);
+    }
+    dr_cpu_matmul(&L->eh_proj, s->x, n, s->u, pool);
+    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->attention_norm, D, d->eps, s->a + r * D);
+    dr_cpu_matmul(&L->wqkv, s->a, n, s->qkv, pool);
+    int64_t pos0 = c->len;
+    for (int r = 0; r < n; r++) {
+        float *q = s->qkv + r * qkv_dim, *k = q + (int64_t)d->n_head * hd, *v = k + kvd;
+        for (int h = 0; h < d->n_head; h++) {
+            if (L->q_norm) rms_norm(q + h * hd, L->q_norm, hd, d->eps, q + h * hd);
+            rope(t, q + h * hd, pos0 + r);
+        }
+        for (int h = 0; h < d->n_kv_head; h++) {
+            if (L->k_norm) rms_norm(k + h * hd, L->k_norm, hd, d->eps, k + h * hd);
+            rope(t, k + h * hd, pos0 + r);
+        }
+        memcpy(c->k[l] + (pos0 + r) * kvd, k, (size_t)kvd * sizeof(float));
+        memcpy(c->v[l] + (pos0 + r) * kvd, v, (size_t)kvd * sizeof(float));
+    }
+    attn_ctx ac = {t, c, l, pos0, s, qkv_dim};
+    dr_pool_run(pool, (int64_t)n * d->n_head, attn_one, &ac);
+    dr_cpu_matmul(&L->wo, s->o, n, s->tmp, pool);
+    for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
+    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->ffn_norm, D, d->eps, s->a + r * D);
+    dr_cpu_matmul(&L->w1, s->a, n, s->g1, pool);
+    dr_cpu_matmul(&L->w3, s->a, n, s->g3, pool);
+    for (int64_t i = 0; i < (int64_t)n * t->ffn; i++) {
+        float g = s->g1[i];
+        s->g1[i] = g / (1.0f + expf(-g)) * s->g3[i];
+    }
+    dr_cpu_matmul(&L->w2, s->g1, n, s->tmp, pool);
+    for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
+    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->out_norm, D, d->eps, out + r * D);
+    return DRAMA_OK;
+}
+
+static drama_status check_finite(const float *x, int64_t n, const char *what, drama_error *err) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return dr_fail(err, DRAMA_ENUMERIC, "tower: %s value %lld is not finite", what, (long long)i);
+    return DRAMA_OK;
+}
+
+drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const float *h, const int32_t *codes,
+                              const uint8_t *mask, float *layer_out, float *logits, dr_pool *pool,
+                              drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    const dr_tower_dims *d = &t->d;
+    int64_t D = d->dim, nc = d->num_codebooks, hv = d->head_vocab;
+    drama_status st = check_finite(h, (int64_t)n * t->input_dim, "input hidden", err);
+    if (st) return st;
+    if ((st = dr_tower_cache_reserve(c, c->len + n, err))) return st;
+    scratch s;
+    if ((st = scratch_init(&s, t, n, c->len + n, pool, err))) return st;
+    float *ga = alloc_f(n, D), *gb = alloc_f(n, D);
+    uint8_t *m = dr_calloc((size_t)n, 1);
+    if (!ga || !gb || !m) {
+        st = dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate %d rows", n);
+        goto done;
+    }
+    const float *in = h;
+    for (int l = 0; l < t->n_layers && !st; l++) {
+        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
+        for (int r = 0; r < n; r++) m[r] = (shared && d->shared_code_none) ? 0 : (mask[r] != 0);
+        float *out = (l % 2) ? gb : ga;
+        st = layer_forward(t, c, l, n, in, codes + slot, nc, m, slot, out, &s, pool, err);
+        if (st) break;
+        if (layer_out) memcpy(layer_out + (int64_t)l * n * D, out, (size_t)n * D * sizeof(float));
+        if (!shared && logits) {
+            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, n, s.heads, pool);
+            for (int r = 0; r < n; r++)
+                memcpy(logits + ((int64_t)r * (nc - 1) + slot) * hv, s.heads + (int64_t)r * hv, (size_t)hv * sizeof(float));
+        }
+        in = out;
+    }
+    if (!st) c->len += n;
+done:
+    dr_free(ga);
+    dr_free(gb);
+    dr_free(m);
+    scratch_free(&s);
+    return st;
+}
+
+drama_status dr_tower_generate(const dr_tower *t, dr_tower_cache *c, const float *h, int32_t c0,
+                               dr_tower_pick_fn pick, void *pick_ctx, int32_t *codes, float *head_logits,
+                               dr_pool *pool, drama_error *err) {
+    const dr_tower_dims *d = &t->d;
+    int64_t D = d->dim, hv = d->head_vocab;
+    drama_status st = check_finite(h, t->input_dim, "input hidden", err);
+    if (st) return st;
+    if ((st = dr_tower_cache_reserve(c, c->len + 1, err))) return st;
+    scratch s;
+    if ((st = scratch_init(&s, t, 1, c->len + 1, pool, err))) return st;
+    float *ga = alloc_f(1, D), *gb = alloc_f(1, D);
+    if (!ga || !gb) {
+        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory");
+        goto done;
+    }
+    for (int j = 0; j < d->num_codebooks; j++) codes[j] = 0;
+    codes[0] = c0;
+    const float *in = h;
+    for (int l = 0; l < t->n_layers; l++) {
+        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
+        uint8_t m = (shared && d->shared_code_none) ? 0 : 1;
+        float *out = (l % 2) ? gb : ga;
+        if ((st = layer_forward(t, c, l, 1, in, codes + slot, 0, &m, slot, out, &s, pool, err))) goto done;
+        if (!shared) {
+            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, 1, s.heads, pool);
+            if (head_logits) memcpy(head_logits + (int64_t)slot * hv, s.heads, (size_t)hv * sizeof(float));
+            int code = -1;
+            if ((st = pick(pick_ctx, slot + 1, s.heads, (int)hv, &code, err))) goto done;
+            if (code < 0 || code >= hv) {
+                st = dr_fail(err, DRAMA_EINTERNAL, "tower: codebook %d pick %d outside [0, %lld)", slot + 1, code,
+                             (long long)hv);
+                goto done;
+            }
+            codes[slot + 1] = code;
+        }
+        in = out;
+    }
+    c->len += 1;
+done:
+    dr_free(ga);
+    dr_free(gb);
+    scratch_free(&s);
+    return st;
+}
