@@ -1,0 +1,375 @@
+/* make_model_codec.c - the codec part of `drama make-model`: the expected ModifiedDAC tensor
+ * inventory for given hyper-parameters (CODEC.md 4, state-dict order), codec.json (CODEC.md 9)
+ * and a random codec.safetensors with weights at scales that keep the decoder unsaturated. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "io/safetensors.h"
+#include "tools/make_model.h"
+
+/* ---- inventory ---- */
+
+typedef struct inv {
+    dr_mm_tensor_fn fn;
+    void *ctx;
+    int count;
+} inv;
+
+static void emit(inv *v, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    int64_t shape[3] = {d0, d1, d2};
+    v->fn(name, ndim, shape, v->ctx);
+    v->count++;
+}
+
+/* Weight-normed conv, new style (parametrizations), in state-dict order: bias, g, v.
+ * d0 is dim 0 of the weight (c_out for a conv, c_in for a transposed conv); g is [d0, 1, 1]. */
+static void wn_conv_b(inv *v, const char *m, int64_t bias_n, int64_t d0, int64_t d1, int64_t k) {
+    char n[256];
+    snprintf(n, sizeof n, "%s.bias", m);
+    emit(v, n, 1, bias_n, 0, 0);
+    snprintf(n, sizeof n, "%s.parametrizations.weight.original0", m);
+    emit(v, n, 3, d0, 1, 1);
+    snprintf(n, sizeof n, "%s.parametrizations.weight.original1", m);
+    emit(v, n, 3, d0, d1, k);
+}
+
+static void alpha(inv *v, const char *m, int64_t c) {
+    char n[256];
+    snprintf(n, sizeof n, "%s.alpha", m);
+    emit(v, n, 3, 1, c, 1);
+}
+
+static void residual_unit(inv *v, const char *m, int64_t c, int k) {
+    char n[256];
+    snprintf(n, sizeof n, "%s.block.0", m);
+    alpha(v, n, c);
+    snprintf(n, sizeof n, "%s.block.1.conv", m);
+    wn_conv_b(v, n, c, c, c, k);
+    snprintf(n, sizeof n, "%s.block.2", m);
+    alpha(v, n, c);
+    snprintf(n, sizeof n, "%s.block.3.conv", m);
+    wn_conv_b(v, n, c, c, c, 1);
+}
+
+static void transformer(inv *v, const char *m, int64_t dim, const dr_mm_codec_tf *t) {
+    char n[256];
+    int64_t qkv = 3LL * t->n_head * t->head_dim, att = (int64_t)t->n_head * t->head_dim;
+    for (int i = 0; i < t->n_layer; i++) {
+        snprintf(n, sizeof n, "%s.layers.%d.attention.wqkv.weight", m, i);
+        emit(v, n, 2, qkv, dim, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.attention.wo.weight", m, i);
+        emit(v, n, 2, dim, att, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w1.weight", m, i);
+        emit(v, n, 2, t->intermediate, dim, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w3.weight", m, i);
+        emit(v, n, 2, t->intermediate, dim, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w2.weight", m, i);
+        emit(v, n, 2, dim, t->intermediate, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.ffn_norm.weight", m, i);
+        emit(v, n, 1, dim, 0, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.attention_norm.weight", m, i);
+        emit(v, n, 1, dim, 0, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.attention_layer_scale.gamma", m, i);
+        emit(v, n, 1, dim, 0, 0);
+        snprintf(n, sizeof n, "%s.layers.%d.ffn_layer_scale.gamma", m, i);
+        emit(v, n, 1, dim, 0, 0);
+    }
+    snprintf(n, sizeof n, "%s.norm.weight", m);
+    emit(v, n, 1, dim, 0, 0);
+}
+
+static void vq(inv *v, const char *m, int64_t latent, int64_t cb_dim, int64_t cb_size) {
+    char n[256];
+    const char *parts[2] = {"in_proj", "out_proj"};
+    for (int p = 0; p < 2; p++) {
+        int64_t out = p == 0 ? cb_dim : latent, in = p == 0 ? latent : cb_dim;
+        snprintf(n, sizeof n, "%s.%s.bias", m, parts[p]);
+        emit(v, n, 1, out, 0, 0);
+        snprintf(n, sizeof n, "%s.%s.weight_g", m, parts[p]);
+        emit(v, n, 3, out, 1, 1);
+        snprintf(n, sizeof n, "%s.%s.weight_v", m, parts[p]);
+        emit(v, n, 3, out, in, 1);
+    }
+    snprintf(n, sizeof n, "%s.codebook.weight", m);
+    emit(v, n, 2, cb_size, cb_dim, 0);
+}
+
+static void resample(inv *v, const char *m, int64_t c, int k, const dr_mm_codec *cd) {
+    char n[256];
+    snprintf(n, sizeof n, "%s.0.conv.weight", m);
+    emit(v, n, 3, c, c, k);
+    snprintf(n, sizeof n, "%s.0.conv.bias", m);
+    emit(v, n, 1, c, 0, 0);
+    snprintf(n, sizeof n, "%s.1.gamma", m);
+    emit(v, n, 1, c, 0, 0);
+    snprintf(n, sizeof n, "%s.1.dwconv.conv.weight", m);
+    emit(v, n, 3, c, 1, cd->convnext_kernel);
+    snprintf(n, sizeof n, "%s.1.dwconv.conv.bias", m);
+    emit(v, n, 1, c, 0, 0);
+    snprintf(n, sizeof n, "%s.1.norm.weight", m);
+    emit(v, n, 1, c, 0, 0);
+    snprintf(n, sizeof n, "%s.1.norm.bias", m);
+    emit(v, n, 1, c, 0, 0);
+    int64_t wide = (int64_t)cd->convnext_ratio * c;
+    snprintf(n, sizeof n, "%s.1.pwconv1.weight", m);
+    emit(v, n, 2, wide, c, 0);
+    snprintf(n, sizeof n, "%s.1.pwconv1.bias", m);
+    emit(v, n, 1, wide, 0, 0);
+    snprintf(n, sizeof n, "%s.1.pwconv2.weight", m);
+    emit(v, n, 2, c, wide, 0);
+    snprintf(n, sizeof n, "%s.1.pwconv2.bias", m);
+    emit(v, n, 1, c, 0, 0);
+}
+
+int dr_mm_codec_inventory(const dr_mm_codec *c, dr_mm_tensor_fn fn, void *ctx) {
+    inv v = {fn, ctx, 0};
+    char m[256];
+    int64_t ch = c->encoder_dim;
+    wn_conv_b(&v, "encoder.block.0.conv", ch, ch, 1, 7);
+    for (int b = 1; b <= c->n_enc_rates; b++) {
+        int s = c->enc_rates[b - 1];
+        static const int dil_count = 3; /* residual units per block (dilations 1, 3, 9) */
+        for (int r = 0; r < dil_count; r++) {
+            snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, r);
+            residual_unit(&v, m, ch, c->ru_kernel);
+        }
+        snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, dil_count);
+        alpha(&v, m, ch);
+        snprintf(m, sizeof m, "encoder.block.%d.block.%d.conv", b, dil_count + 1);
+        wn_conv_b(&v, m, 2 * ch, 2 * ch, ch, 2 * s);
+        ch *= 2;
+        if (b == c->n_enc_rates && c->enc_tf.n_layer > 0) {
+            snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, dil_count + 2);
+            transformer(&v, m, ch, &c->enc_tf);
+        }
+    }
+    snprintf(m, sizeof m, "encoder.block.%d", c->n_enc_rates + 1);
+    alpha(&v, m, ch);
+    snprintf(m, sizeof m, "encoder.block.%d.conv", c->n_enc_rates + 2);
+    wn_conv_b(&v, m, c->latent_dim, c->latent_dim, ch, 3);
+
+    int64_t lat = c->latent_dim;
+    vq(&v, "quantizer.semantic_quantizer.quantizers.0", lat, c->codebook_dim, c->semantic_codebook_size);
+    for (int q = 0; q < c->n_codebooks; q++) {
+        snprintf(m, sizeof m, "quantizer.quantizer.quantizers.%d", q);
+        vq(&v, m, lat, c->codebook_dim, c->codebook_size);
+    }
+    for (int i = 0; i < c->n_down; i++) {
+        snprintf(m, sizeof m, "quantizer.downsample.%d", i);
+        resample(&v, m, lat, c->down_factor[i], c);
+    }
+    for (int i = 0; i < c->n_down; i++) {
+        snprintf(m, sizeof m, "quantizer.upsample.%d", i);
+        resample(&v, m, lat, c->down_factor[c->n_down - 1 - i], c);
+    }
+    transformer(&v, "quantizer.pre_module", lat, &c->pre);
+    transformer(&v, "quantizer.post_module", lat, &c->post);
+
+    ch = c->decoder_dim;
+    wn_conv_b(&v, "decoder.model.0.conv", ch, ch, lat, 7);
+    for (int b = 1; b <= c->n_dec_rates; b++) {
+        int s = c->dec_rates[b - 1];
+        snprintf(m, sizeof m, "decoder.model.%d.block.0", b);
+        alpha(&v, m, ch);
+        snprintf(m, sizeof m, "decoder.model.%d.block.1.conv", b);
+        wn_conv_b(&v, m, ch / 2, ch, ch / 2, 2 * s); /* transposed: [c_in, c_out, k], g [c_in] */
+        for (int r = 0; r < 3; r++) {
+            snprintf(m, sizeof m, "decoder.model.%d.block.%d", b, r + 2);
+            residual_unit(&v, m, ch / 2, c->ru_kernel);
+        }
+        ch /= 2;
+    }
+    snprintf(m, sizeof m, "decoder.model.%d", c->n_dec_rates + 1);
+    alpha(&v, m, ch);
+    snprintf(m, sizeof m, "decoder.model.%d.conv", c->n_dec_rates + 2);
+    wn_conv_b(&v, m, 1, 1, ch, 7);
+    return v.count;
+}
+
+/* ---- codec.json ---- */
+
+static json_t *int_array(const int *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *tf_json(const dr_mm_codec_tf *t, int64_t dim, const char *block) {
+    json_t *o = json_object();
+    json_object_set_new(o, "n_layer", json_integer(t->n_layer));
+    json_object_set_new(o, "dim", json_integer(dim));
+    json_object_set_new(o, "n_head", json_integer(t->n_head));
+    json_object_set_new(o, "n_local_heads", json_integer(t->n_head));
+    json_object_set_new(o, "head_dim", json_integer(t->head_dim));
+    json_object_set_new(o, "intermediate_size", json_integer(t->intermediate));
+    json_object_set_new(o, "window_size", json_integer(t->window));
+    json_object_set_new(o, "rope_base", json_real(10000.0));
+    json_object_set_new(o, "norm_eps", json_real(1e-5));
+    json_object_set_new(o, "layer_scale", json_true());
+    json_object_set_new(o, "rope_cos_sin_dtype", json_string("bfloat16"));
+    json_object_set_new(o, "positions", json_string("restart at 0 for every call"));
+    if (block) json_object_set_new(o, "block", json_string(block));
+    return o;
+}
+
+drama_status dr_mm_write_codec_json(const char *path, const dr_mm_codec *c, drama_error *err) {
+    json_t *o = json_object();
+    int hop = 1, frame;
+    for (int i = 0; i < c->n_enc_rates; i++) hop *= c->enc_rates[i];
+    frame = hop;
+    for (int i = 0; i < c->n_down; i++) frame *= c->down_factor[i];
+    int64_t enc_out = (int64_t)c->encoder_dim << c->n_enc_rates;
+    json_object_set_new(o, "description", json_string("random codec written by drama make-model"));
+    json_object_set_new(o, "sample_rate", json_integer(44100));
+    json_object_set_new(o, "causal", json_true());
+    json_object_set_new(o, "encoder_dim", json_integer(c->encoder_dim));
+    json_object_set_new(o, "encoder_rates", int_array(c->enc_rates, c->n_enc_rates));
+    json_object_set_new(o, "latent_dim", json_integer(c->latent_dim));
+    json_object_set_new(o, "decoder_dim", json_integer(c->decoder_dim));
+    json_object_set_new(o, "decoder_rates", int_array(c->dec_rates, c->n_dec_rates));
+    json_object_set_new(o, "hop_length", json_integer(hop));
+    json_object_set_new(o, "frame_length", json_integer(frame));
+    json_t *ru = json_object();
+    static const int dil[3] = {1, 3, 9};
+    json_object_set_new(ru, "kernel_size", json_integer(c->ru_kernel));
+    json_object_set_new(ru, "dilations", int_array(dil, 3));
+    json_object_set_new(o, "residual_unit", ru);
+    json_object_set_new(o, "snake_alpha_eps", json_real(1e-9));
+    char block[64];
+    snprintf(block, sizeof block, "encoder.block.%d.block.5", c->n_enc_rates);
+    json_object_set_new(o, "encoder_transformer", tf_json(&c->enc_tf, enc_out, block));
+    json_t *q = json_object();
+    json_object_set_new(q, "input_dim", json_integer(c->latent_dim));
+    json_object_set_new(q, "downsample_factor", int_array(c->down_factor, c->n_down));
+    json_object_set_new(q, "downsample_kernel", json_integer(c->n_down > 0 ? c->down_factor[0] : 2));
+    json_t *cn = json_object();
+    json_object_set_new(cn, "kernel_size", json_integer(c->convnext_kernel));
+    json_object_set_new(cn, "mlp_ratio", json_integer(c->convnext_ratio));
+    json_object_set_new(cn, "layernorm_eps", json_real(1e-6));
+    json_object_set_new(cn, "gelu", json_string("erf"));
+    json_object_set_new(q, "convnext", cn);
+    json_object_set_new(q, "semantic_codebook_size", json_integer(c->semantic_codebook_size));
+    json_object_set_new(q, "n_codebooks", json_integer(c->n_codebooks));
+    json_object_set_new(q, "codebook_size", json_integer(c->codebook_size));
+    json_object_set_new(q, "codebook_dim", json_integer(c->codebook_dim));
+    json_object_set_new(q, "pre_module", tf_json(&c->pre, c->latent_dim, NULL));
+    json_object_set_new(q, "post_module", tf_json(&c->post, c->latent_dim, NULL));
+    json_object_set_new(o, "quantizer", q);
+    json_t *codes = json_object();
+    json_object_set_new(codes, "num_codebooks", json_integer(1 + c->n_codebooks));
+    json_t *clamp = json_array();
+    json_array_append_new(clamp, json_integer(c->semantic_codebook_size - 1));
+    for (int i = 0; i < c->n_codebooks; i++) json_array_append_new(clamp, json_integer(c->codebook_size - 1));
+    json_object_set_new(codes, "decode_upper_clamp", clamp);
+    json_object_set_new(o, "codes", codes);
+    int rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+    json_decref(o);
+    if (rc != 0) return dr_fail(err, DRAMA_EIO, "%s: cannot write", path);
+    return DRAMA_OK;
+}
+
+/* ---- codec.safetensors ---- */
+
+typedef struct codec_list {
+    int n, cap;
+    char **names;
+    int *ndim;
+    int64_t (*shape)[3];
+} codec_list;
+
+static void collect(const char *name, int ndim, const int64_t *shape, void *ctx) {
+    codec_list *l = ctx;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        char **nn = realloc(l->names, (size_t)cap * sizeof *nn);
+        int *nd = realloc(l->ndim, (size_t)cap * sizeof *nd);
+        int64_t(*ns)[3] = realloc(l->shape, (size_t)cap * sizeof *ns);
+        if (nn) l->names = nn;
+        if (nd) l->ndim = nd;
+        if (ns) l->shape = ns;
+        if (!nn || !nd || !ns) return; /* counted as missing below: n stays */
+        l->cap = cap;
+    }
+    l->names[l->n] = strdup(name);
+    l->ndim[l->n] = ndim;
+    for (int i = 0; i < 3; i++) l->shape[l->n][i] = i < ndim ? shape[i] : 0;
+    if (l->names[l->n]) l->n++;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Value of element i of codec tensor `name` (fan_in is the product of dims after the first). */
+static float codec_value(uint64_t seed, uint64_t key, uint64_t i, const char *name, int64_t fan_in,
+                         int is_last_conv) {
+    double u = dr_mm_uniform(seed, key, i), u01 = 0.5 * (u + 1.0);
+    if (ends_with(name, ".alpha")) return (float)(0.5 + 1.5 * u01);           /* Snake alpha [0.5, 2] */
+    if (ends_with(name, ".gamma")) return (float)(0.1 + 0.3 * u01);           /* layer scale [0.1, 0.4] */
+    if (ends_with(name, "norm.weight")) return (float)(1.0 + 0.05 * u);
+    if (ends_with(name, ".bias")) return (float)(0.01 * u);
+    if (ends_with(name, "original0") || ends_with(name, "weight_g"))         /* weight-norm g */
+        return (float)((is_last_conv ? 0.1 : 1.0) * (0.9 + 0.2 * u01));
+    if (ends_with(name, "codebook.weight")) return (float)u;
+    double gain = (strstr(name, ".wo.") || strstr(name, ".w2.") || strstr(name, "pwconv2")) ? 0.5 : 1.0;
+    return (float)(gain * sqrt(3.0 / (double)(fan_in > 0 ? fan_in : 1)) * u);
+}
+
+drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t seed, drama_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/codec.json", dir);
+    drama_status st = dr_mm_write_codec_json(path, c, err);
+    if (st) return st;
+    codec_list l = {0};
+    int expected = dr_mm_codec_inventory(c, collect, &l);
+    dr_st_writer *w = NULL;
+    float *buf = NULL;
+    enum { CHUNK = 1 << 16 };
+    if (l.n != expected) {
+        st = dr_fail(err, DRAMA_ENOMEM, "codec inventory: out of memory");
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/codec.safetensors", dir);
+    if ((st = dr_st_writer_create(path, &w, err))) goto done;
+    if ((st = dr_st_writer_metadata(w, "format", "pt", err))) goto done;
+    for (int i = 0; i < l.n && !st; i++) st = dr_st_writer_declare(w, l.names[i], DR_DT_F32, l.ndim[i], l.shape[i], err);
+    if (st) goto done;
+    buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) {
+        st = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory");
+        goto done;
+    }
+    char last_conv[64];
+    snprintf(last_conv, sizeof last_conv, "decoder.model.%d.conv.", c->n_dec_rates + 2);
+    for (int i = 0; i < l.n && !st; i++) {
+        int64_t numel = 1, fan_in = 1;
+        for (int d = 0; d < l.ndim[i]; d++) numel *= l.shape[i][d];
+        for (int d = 1; d < l.ndim[i]; d++) fan_in *= l.shape[i][d];
+        uint64_t key = dr_mm_name_key(l.names[i]);
+        int is_last = !strncmp(l.names[i], last_conv, strlen(last_conv));
+        for (int64_t off = 0; off < numel && !st; off += CHUNK) {
+            int64_t n = numel - off < CHUNK ? numel - off : CHUNK;
+            for (int64_t j = 0; j < n; j++)
+                buf[j] = codec_value(seed, key, (uint64_t)(off + j), l.names[i], fan_in, is_last);
+            st = dr_st_writer_write(w, buf, (size_t)n * sizeof *buf, err); /* little-endian hosts */
+        }
+    }
+    if (!st) {
+        st = dr_st_writer_finish(w, err);
+        w = NULL;
+    }
+done:
+    if (w) dr_st_writer_abort(w);
+    free(buf);
+    for (int i = 0; i < l.n; i++) free(l.names[i]);
+    free(l.names);
+    free(l.ndim);
+    free(l.shape);
+    if (st) dr_error_prefix(err, "%s/codec.safetensors: ", dir);
+    return st;
+}
