@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
+#include "base/sha256.h"
 
 double dr_clock_s(void) {
     struct timespec ts;
@@ -57,79 +57,14 @@ int dr_mem_peak_reset(void) {
     return ok;
 }
 
-static void to_hex(const unsigned char *d, char hex[65]) {
-    static const char hx[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = hx[d[i] >> 4];
-        hex[2 * i + 1] = hx[d[i] & 15];
-    }
-    hex[64] = '\0';
-}
-
 drama_status dr_sha256_file_hex(const char *path, char hex[65], drama_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot open for hashing: %s", path, strerror(errno));
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(c);
-        close(fd);
-        return dr_fail(err, DRAMA_ENOMEM, "%s: cannot start SHA-256", path);
-    }
-    enum { BUF = 1 << 20 };
-    unsigned char *buf = malloc(BUF);
-    if (!buf) {
-        EVP_MD_CTX_free(c);
-        close(fd);
-        return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory hashing", path);
-    }
-    drama_status st = DRAMA_OK;
-    uint64_t off = 0;
-    for (;;) {
-        ssize_t k = read(fd, buf, BUF);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            st = dr_fail(err, DRAMA_EIO, "%s: read failed at byte %llu: %s", path, (unsigned long long)off,
-                         strerror(errno));
-            break;
-        }
-        if (k == 0) break;
-        EVP_DigestUpdate(c, buf, (size_t)k);
-        off += (uint64_t)k;
-    }
-    unsigned char d[32];
-    unsigned int dl = 0;
-    EVP_DigestFinal_ex(c, d, &dl);
-    if (st == DRAMA_OK) to_hex(d, hex);
-    free(buf);
-    EVP_MD_CTX_free(c);
-    close(fd);
-    return st;
+    return dr_sha256_file(path, hex, NULL, NULL, err);
 }
 
-static int cache_path(char *out, size_t n) {
-    const char *d = getenv("DRAMA_CACHE_DIR");
-    if (d && *d) return snprintf(out, n, "%s/sha256-cache.json", d) < (int)n;
-    d = getenv("XDG_CACHE_HOME");
-    if (d && *d) return snprintf(out, n, "%s/drama/sha256-cache.json", d) < (int)n;
-    d = getenv("HOME");
-    if (d && *d) return snprintf(out, n, "%s/.cache/drama/sha256-cache.json", d) < (int)n;
-    return 0;
-}
-
-/* mkdir -p of the folder holding path (best effort). */
-static void make_parent(const char *path) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    char *slash = strrchr(tmp, '/');
-    if (!slash || slash == tmp) return;
-    *slash = '\0';
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(tmp, 0755);
-        *p = '/';
-    }
-    mkdir(tmp, 0755);
+drama_status dr_sha256_file_cached_hex(const char *path, char hex[65], int *cached, drama_error *err) {
+    char cache[4096];
+    int have = dr_sha256_default_cache(cache, sizeof cache);
+    return dr_sha256_file_cached(path, have ? cache : NULL, hex, cached, NULL, err);
 }
 
 static int write_json_atomic(const char *path, const json_t *j, FILE *fallback) {
@@ -148,43 +83,6 @@ static int write_json_atomic(const char *path, const json_t *j, FILE *fallback) 
     if (r == 0 && rename(tmp, path) != 0) r = -1;
     if (r != 0) unlink(tmp);
     return r;
-}
-
-drama_status dr_sha256_file_cached_hex(const char *path, char hex[65], int *cached, drama_error *err) {
-    if (cached) *cached = 0;
-    struct stat st;
-    if (stat(path, &st) != 0) return dr_fail(err, DRAMA_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    char abs[PATH_MAX];
-    if (!realpath(path, abs)) snprintf(abs, sizeof abs, "%s", path);
-    long long mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    char cpath[PATH_MAX];
-    int have_cache = cache_path(cpath, sizeof cpath);
-    json_t *cache = have_cache ? json_load_file(cpath, 0, NULL) : NULL;
-    if (!json_is_object(cache)) {
-        json_decref(cache);
-        cache = json_object();
-    }
-    json_t *e = json_object_get(cache, abs);
-    if (json_is_object(e) && json_integer_value(json_object_get(e, "size")) == (json_int_t)st.st_size &&
-        json_integer_value(json_object_get(e, "mtime_ns")) == (json_int_t)mtime_ns) {
-        const char *h = json_string_value(json_object_get(e, "sha256"));
-        if (h && strlen(h) == 64) {
-            memcpy(hex, h, 65);
-            if (cached) *cached = 1;
-            json_decref(cache);
-            return DRAMA_OK;
-        }
-    }
-    drama_status s = dr_sha256_file_hex(path, hex, err);
-    if (s == DRAMA_OK && have_cache) {
-        json_object_set_new(cache, abs,
-                            json_pack("{s:I, s:I, s:s}", "size", (json_int_t)st.st_size, "mtime_ns",
-                                      (json_int_t)mtime_ns, "sha256", hex));
-        make_parent(cpath);
-        write_json_atomic(cpath, cache, stderr); /* best effort: a read-only cache only costs time */
-    }
-    json_decref(cache);
-    return s;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

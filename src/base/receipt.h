@@ -24,10 +24,9 @@ int dr_mem_peak_reset(void);
 /* SHA-256 of a file, lowercase hex. */
 drama_status dr_sha256_file_hex(const char *path, char hex[65], drama_error *err);
 
-/* Same, cached: the cache (JSON, $DRAMA_CACHE_DIR or $XDG_CACHE_HOME/drama or ~/.cache/drama,
- * file sha256-cache.json) maps an absolute path to its size, mtime (ns) and hash; an entry is
- * used only when size and mtime still match. *cached says whether the hash came from it. A cache
- * that cannot be read or written is ignored (the hash is computed). */
+/* Same, through base/sha256.h's cache (dr_sha256_default_cache: entries keyed by path, size,
+ * mtime and inode). *cached says whether the hash came from it. A cache that cannot be read or
+ * written is ignored (the hash is computed). */
 drama_status dr_sha256_file_cached_hex(const char *path, char hex[65], int *cached, drama_error *err);
 
 /* Every regular file directly in dir (sorted by name; symlinks followed), as a JSON array of

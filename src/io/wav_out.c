@@ -25,6 +25,7 @@ struct dr_wav_out {
     int is_stdout;
     int seekable;            /* header can be patched at commit */
     uint64_t expected;       /* hint for a header that cannot be patched */
+    int header_done;         /* a pipe's header waits for the first write (expected may change) */
     uint64_t samples;
     uint64_t bytes;
     EVP_MD_CTX *sha;         /* hash of the bytes as written (used when not patched) */
@@ -139,6 +140,17 @@ static drama_status emit(dr_wav_out *w, const void *buf, size_t n, drama_error *
     return DRAMA_OK;
 }
 
+/* The header goes out before the first sample: sizes 0 when it will be patched, else the
+ * expected count, else "unknown" (0xFFFFFFFF). */
+static drama_status write_header_once(dr_wav_out *w, drama_error *err) {
+    if (w->header_done) return DRAMA_OK;
+    w->header_done = 1;
+    uint8_t h[64];
+    uint64_t n = w->seekable ? 0 : w->expected ? w->expected : UINT64_MAX;
+    size_t hb = build_header(w, n, h);
+    return hb ? emit(w, h, hb, err) : DRAMA_OK;
+}
+
 drama_status dr_wav_out_open(dr_wav_out **out, const char *path, dr_wav_format fmt, int sample_rate,
                              uint64_t expected_samples, drama_error *err) {
     *out = NULL;
@@ -184,21 +196,27 @@ drama_status dr_wav_out_open(dr_wav_out **out, const char *path, dr_wav_format f
         }
         w->seekable = 1;
     }
-    uint8_t h[64];
-    uint64_t n = w->seekable ? 0 : expected_samples ? expected_samples : UINT64_MAX;
-    size_t hb = build_header(w, n, h);
-    if (hb && emit(w, h, hb, err) != DRAMA_OK) {
-        dr_wav_out_abort(w);
-        return err ? err->code : DRAMA_EIO;
+    if (w->seekable) {
+        drama_status s = write_header_once(w, err);
+        if (s != DRAMA_OK) {
+            dr_wav_out_abort(w);
+            return s;
+        }
     }
     *out = w;
     return DRAMA_OK;
+}
+
+void dr_wav_out_set_expected(dr_wav_out *w, uint64_t expected_samples) {
+    if (w) w->expected = expected_samples;
 }
 
 drama_status dr_wav_out_write(dr_wav_out *w, const float *samples, size_t n, drama_error *err) {
     if (!w) return dr_fail(err, DRAMA_EINVAL, "wav writer is NULL");
     if (n && !samples) return dr_fail(err, DRAMA_EINVAL, "samples is NULL");
     size_t sb = sample_bytes(w->fmt), hb = dr_wav_header_bytes(w->fmt);
+    drama_status hs = write_header_once(w, err);
+    if (hs != DRAMA_OK) return hs;
     /* RIFF sizes are 32-bit: refuse rather than write a header that lies. */
     if (hb && (w->samples + n) * sb + hb - 8 > 0xFFFFFFFEull)
         return dr_fail(err, DRAMA_EUNSUPPORTED, "%s: audio exceeds the 4 GiB WAV limit at sample %llu",
@@ -262,6 +280,11 @@ static int hash_fd(int fd, uint8_t digest[32]) {
 drama_status dr_wav_out_commit(dr_wav_out *w, char sha256_hex[65], drama_error *err) {
     if (!w) return dr_fail(err, DRAMA_EINVAL, "wav writer is NULL");
     const char *name = w->is_stdout ? "stdout" : w->tmp_path;
+    drama_status hs = write_header_once(w, err);
+    if (hs != DRAMA_OK) {
+        dr_wav_out_abort(w);
+        return hs;
+    }
     uint8_t digest[32];
     int patched = 0;
     uint8_t h[64];

@@ -7,8 +7,8 @@
  * Streaming: samples may be written in any number of calls. The header is written first with
  * the sizes known so far and patched at commit, so a file written in chunks is byte-identical to
  * the same samples written in one call. "-" writes to stdout: if stdout is a regular file the
- * header is patched too; on a pipe the header carries the expected sample count given at open,
- * or 0xFFFFFFFF sizes ("unknown length", as streaming writers do) when it is not known.
+ * header is patched too; on a pipe the header (written with the first samples) carries the expected
+ * sample count (dr_wav_out_set_expected, or the one given at open), or 0xFFFFFFFF sizes ("unknown length", as streaming writers do) when it is not known.
  *
  * PCM16 conversion is s = clamp(lrint(x * 32768), -32768, 32767) (CODEC.md 8); float output
  * keeps the samples unchanged. Non-finite samples are an error (nothing is written for them). */
@@ -39,6 +39,9 @@ size_t dr_wav_header_bytes(dr_wav_format fmt);
  * when the temporary file cannot be created, so a bad -o is reported before any work. */
 drama_status dr_wav_out_open(dr_wav_out **out, const char *path, dr_wav_format fmt, int sample_rate,
                              uint64_t expected_samples, drama_error *err);
+/* Changes the expected sample count before the first write (whole-file output to a pipe knows
+ * it only when the audio is ready). */
+void dr_wav_out_set_expected(dr_wav_out *w, uint64_t expected_samples);
 /* Appends n mono samples. */
 drama_status dr_wav_out_write(dr_wav_out *w, const float *samples, size_t n, drama_error *err);
 /* Patches the header, flushes, renames the temporary file onto the path, computes the SHA-256
