@@ -1,0 +1,115 @@
+/* ops.c - see ops.h. Inner loops run over contiguous dims so the compiler vectorises them
+ * without reassociating any sum (no fast-math). */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+void dr_op_rms_norm(const float *x, const float *w, float eps, int64_t n, float *y) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+void dr_op_l2norm(float *x, int64_t n, float eps, float scale) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float r = (float)(1.0 / sqrt(ss + (double)eps)) * scale;
+    for (int64_t i = 0; i < n; i++) x[i] *= r;
+}
+
+void dr_op_rope_cos_sin(const float *inv_freq, int half, int64_t pos, float *cos_out, float *sin_out) {
+    for (int i = 0; i < half; i++) {
+        double a = (double)pos * (double)inv_freq[i];
+        cos_out[i] = (float)cos(a);
+        sin_out[i] = (float)sin(a);
+    }
+}
+
+void dr_op_rope_half(float *x, int half, const float *cos_v, const float *sin_v) {
+    for (int i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = a * cos_v[i] - b * sin_v[i];
+        x[i + half] = b * cos_v[i] + a * sin_v[i];
+    }
+}
+
+void dr_op_rope_interleaved(float *x, int half, const float *cos_v, const float *sin_v) {
+    for (int i = 0; i < half; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * cos_v[i] - b * sin_v[i];
+        x[2 * i + 1] = b * cos_v[i] + a * sin_v[i];
+    }
+}
+
+void dr_op_softmax(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (mx == -INFINITY) return; /* caller checks for "no finite value" */
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = expf(x[i] - mx);
+        x[i] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
+                  int hd, float scale, float *scratch, float *out) {
+    for (int64_t t = 0; t < n_pos; t++) {
+        const float *k = k_cache + t * stride;
+        double s = 0.0;
+        for (int d = 0; d < hd; d++) s += (double)q[d] * (double)k[d];
+        scratch[t] = (float)s * scale;
+    }
+    dr_op_softmax(scratch, n_pos);
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int64_t t = 0; t < n_pos; t++) {
+        const float *v = v_cache + t * stride;
+        float p = scratch[t];
+        for (int d = 0; d < hd; d++) out[d] += p * v[d];
+    }
+}
+
+void dr_op_conv_step(float *window, const float *u, const float *w, const float *bias, int K, int64_t C,
+                     int64_t c0, int64_t c1, float *y) {
+    for (int64_t c = c0; c < c1; c++) {
+        const float *wc = w + c * K;
+        float acc = bias ? bias[c] : 0.0f;
+        for (int j = 0; j < K - 1; j++) acc += wc[j] * window[(int64_t)j * C + c];
+        acc += wc[K - 1] * u[c];
+        y[c] = acc;
+        for (int j = 0; j + 1 < K - 1; j++) window[(int64_t)j * C + c] = window[(int64_t)(j + 1) * C + c];
+        if (K > 1) window[(int64_t)(K - 2) * C + c] = u[c];
+    }
+}
+
+void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta, int dk, int dv,
+                    float *mem, float *o) {
+    float decay = expf(g);
+    for (int j = 0; j < dv; j++) mem[j] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (int64_t)i * dv;
+        float ki = k[i];
+        for (int j = 0; j < dv; j++) {
+            row[j] *= decay;
+            mem[j] += row[j] * ki;
+        }
+    }
+    for (int j = 0; j < dv; j++) mem[j] = (v[j] - mem[j]) * beta;
+    for (int j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (int64_t)i * dv;
+        float ki = k[i], qi = q[i];
+        for (int j = 0; j < dv; j++) {
+            row[j] += ki * mem[j];
+            o[j] += row[j] * qi;
+        }
+    }
+}

@@ -1,0 +1,51 @@
+/* ops.h - the coarse CPU operations the backbone calls besides matmul (MODEL.md 5):
+ * norms, RoPE, one attention query, one DeltaNet recurrence step, the causal conv step, softmax.
+ * All activations fp32; reductions whose length is a model dimension accumulate in double so the
+ * result does not depend on how the caller splits work. No op allocates; none uses threads (the
+ * caller splits work by head or channel through base/pool.h). */
+#ifndef DRAMA_BACKEND_CPU_OPS_H
+#define DRAMA_BACKEND_CPU_OPS_H
+
+#include <math.h>
+#include <stdint.h>
+
+static inline float dr_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float dr_siluf(float x) { return x / (1.0f + expf(-x)); }
+/* softplus as torch computes it (threshold 20: linear above). */
+static inline float dr_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* y = x * r * w with r = 1/sqrt(mean(x^2) + eps). `w` already holds (offset + stored weight);
+ * w == NULL means 1. In place allowed (y == x). */
+void dr_op_rms_norm(const float *x, const float *w, float eps, int64_t n, float *y);
+
+/* x *= 1/sqrt(sum(x^2) + eps) * scale (DeltaNet q/k normalisation). */
+void dr_op_l2norm(float *x, int64_t n, float eps, float scale);
+
+/* RoPE tables for one position: cos/sin[i] of pos * inv_freq[i], i < half. */
+void dr_op_rope_cos_sin(const float *inv_freq, int half, int64_t pos, float *cos_out, float *sin_out);
+/* Rotate-half pairing inside the first 2*half dims: (x[i], x[i+half]) for i < half. */
+void dr_op_rope_half(float *x, int half, const float *cos_v, const float *sin_v);
+/* Interleaved pairing: (x[2i], x[2i+1]) for i < half. */
+void dr_op_rope_interleaved(float *x, int half, const float *cos_v, const float *sin_v);
+
+/* In-place softmax over n values (fp32 result; max-subtracted, sum in double). -inf entries give 0. */
+void dr_op_softmax(float *x, int64_t n);
+
+/* One query against positions 0..n_pos-1 of a KV cache (row t of the cache at t*stride):
+ * out[hd] = sum_t softmax_t(q . k_t * scale) v_t. scratch holds n_pos floats. */
+void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
+                  int hd, float scale, float *scratch, float *out);
+
+/* Causal depthwise conv step for channels [c0, c1): window holds the previous K-1 inputs
+ * ([K-1][C], oldest first), u the new input [C]; y[c] = bias[c] + sum_j w[c*K+j] * x_j with
+ * x_0..x_{K-2} = window, x_{K-1} = u. The window is shifted to include u. bias may be NULL. */
+void dr_op_conv_step(float *window, const float *u, const float *w, const float *bias, int K, int64_t C,
+                     int64_t c0, int64_t c1, float *y);
+
+/* Gated DeltaNet recurrence for one value head (MODEL.md 5.4), state S [dk][dv] fp32:
+ *   S = exp(g) S;  m = k^T S;  S += k outer ((v - m) * beta);  o = q^T S.
+ * q is already l2-normalised and scaled; mem is scratch of dv floats. */
+void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta, int dk, int dv,
+                    float *mem, float *o);
+
+#endif
