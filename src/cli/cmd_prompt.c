@@ -1,11 +1,204 @@
-/* cmd_prompt.c - `drama prompt`. PLACEHOLDER until its issue lands: fails loudly. */
+/* cmd_prompt.c - `drama prompt`: text (+ references) to the prompt rows, ROWS.json (docs/text.md).
+ *
+ *   drama prompt --model DIR (--text T | --text-file F)
+ *                [--reference-codes C.json (--reference-text R | --reference-text-file RF)]...
+ *                [--speaker N] [--set prompt.NAME=VALUE]... [--out ROWS.json]
+ *
+ * References pair up in order (the i-th --reference-codes with the i-th transcript) and
+ * reference i is speaker i. --speaker N prepends <|speaker:N|> to the text unless it already
+ * starts (after whitespace) with a speaker tag. The prompt switches come from DIR/config.json
+ * ("drama_engine"), DIR/drama-engine.json and --set, as for every command. The output has
+ * "prefill" = number of rows (the whole prompt is one prefill call). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "io/codes_json.h"
+#include "io/rows_json.h"
+#include "model/config.h"
+#include "text/prompt.h"
+
+#define MAX_REFS DR_PROMPT_SPEAKERS
+#define MAX_SETS 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: drama prompt --model DIR (--text T | --text-file F)\n"
+            "         [--reference-codes C.json (--reference-text R | --reference-text-file RF)]...\n"
+            "         [--speaker N] [--set prompt.NAME=VALUE]... [--out ROWS.json]\n"
+            "  prints ROWS.json {\"rows\": [[token, c0..], ...], \"prefill\": rows} (default: stdout)\n");
+}
+
+static int fail(const drama_error *err) {
+    fprintf(stderr, "drama prompt: %s\n", err->message);
+    return DR_EXIT_ERROR;
+}
+
+/* The prompt.* switches of the loaded config onto the text front end's options. */
+static void options_from_config(const dr_config *c, dr_prompt_options *o) {
+    dr_prompt_options_default(o);
+    const dr_switches *s = &c->sw;
+    if (s->prompt_plain_instruction) o->plain_instruction = s->prompt_plain_instruction;
+    if (s->prompt_reference_instruction) o->reference_instruction = s->prompt_reference_instruction;
+    if (s->prompt_reference_text_header) o->reference_text_header = s->prompt_reference_text_header;
+    if (s->prompt_reference_speech_header) o->reference_speech_header = s->prompt_reference_speech_header;
+    if (s->prompt_transcript_joiner) o->transcript_joiner = s->prompt_transcript_joiner;
+    o->reference_speaker_tags = s->prompt_reference_speaker_tags;
+    o->default_speaker_tag = s->prompt_default_speaker_tag;
+    o->system_without_reference = s->prompt_system_without_reference;
+}
+
+/* Read a whole text file as a NUL-terminated string (a NUL inside is an error). */
+static drama_status read_text(const char *path, char **out, drama_error *err) {
+    char *data;
+    size_t len;
+    drama_status st = dr_io_read_all(path, &data, &len, err);
+    if (st) return st;
+    char *s = realloc(data, len + 1);
+    if (!s) {
+        free(data);
+        return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
+    }
+    s[len] = '\0';
+    size_t nul = strlen(s);
+    if (nul != len) {
+        free(s);
+        return dr_fail(err, DRAMA_EINVAL, "%s: contains a NUL byte at offset %zu", path, nul);
+    }
+    *out = s;
+    return DRAMA_OK;
+}
 
 int cmd_prompt(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "drama prompt: not implemented yet\n");
-    return DR_EXIT_ERROR;
+    const char *model = NULL, *text = NULL, *text_file = NULL, *out_path = "-";
+    const char *ref_codes[MAX_REFS], *ref_text[MAX_REFS];
+    int ref_text_is_file[MAX_REFS];
+    const char *sets[MAX_SETS];
+    int n_codes = 0, n_texts = 0, n_sets = 0, speaker = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return DR_EXIT_OK;
+        } else if (!strcmp(a, "--model") && has_value) model = argv[++i];
+        else if (!strcmp(a, "--text") && has_value) text = argv[++i];
+        else if (!strcmp(a, "--text-file") && has_value) text_file = argv[++i];
+        else if (!strcmp(a, "--out") && has_value) out_path = argv[++i];
+        else if (!strcmp(a, "--reference-codes") && has_value && n_codes < MAX_REFS) ref_codes[n_codes++] = argv[++i];
+        else if ((!strcmp(a, "--reference-text") || !strcmp(a, "--reference-text-file")) && has_value &&
+                 n_texts < MAX_REFS) {
+            ref_text_is_file[n_texts] = !strcmp(a, "--reference-text-file");
+            ref_text[n_texts++] = argv[++i];
+        } else if (!strcmp(a, "--set") && has_value && n_sets < MAX_SETS) sets[n_sets++] = argv[++i];
+        else if (!strcmp(a, "--speaker") && has_value) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 0 || v >= DR_PROMPT_SPEAKERS) {
+                fprintf(stderr, "drama prompt: --speaker: expected 0..%d, got '%s'\n", DR_PROMPT_SPEAKERS - 1, argv[i]);
+                return DR_EXIT_USAGE;
+            }
+            speaker = (int)v;
+        } else {
+            fprintf(stderr, "drama prompt: unknown, incomplete or repeated too often: '%s'\n", a);
+            usage(stderr);
+            return DR_EXIT_USAGE;
+        }
+    }
+    if (!model || (!text == !text_file) || n_codes != n_texts) {
+        fprintf(stderr, "drama prompt: need --model, exactly one of --text/--text-file, and one transcript per "
+                        "--reference-codes (got %d codes, %d transcripts)\n", n_codes, n_texts);
+        usage(stderr);
+        return DR_EXIT_USAGE;
+    }
+
+    drama_error err = {0};
+    int rc = DR_EXIT_ERROR;
+    dr_config *cfg = NULL;
+    dr_tok *tok = NULL;
+    char *user_text = NULL, *tok_path = NULL;
+    char *transcripts[MAX_REFS] = {0};
+    dr_codes codes[MAX_REFS];
+    dr_reference refs[MAX_REFS];
+    dr_rows rows = {0};
+    memset(codes, 0, sizeof codes);
+
+    if (dr_config_load(model, sets, n_sets, &cfg, &err)) goto done;
+    size_t n = strlen(model) + 32;
+    tok_path = malloc(n);
+    if (!tok_path) {
+        dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tok_path, n, "%s/tokenizer.json", model);
+    if (dr_tok_load(tok_path, &tok, &err)) goto done;
+
+    int64_t n_codebooks = cfg->audio.num_codebooks;
+    int32_t upper[1024];
+    if (n_codebooks < 1 || n_codebooks > 1024 || cfg->audio.vocab_size < 1 || cfg->audio.vocab_size > INT32_MAX) {
+        dr_fail(&err, DRAMA_EFORMAT, "%s/config.json: audio config: num_codebooks %d / vocab_size %lld out of range",
+                model, cfg->audio.num_codebooks, (long long)cfg->audio.vocab_size);
+        goto done;
+    }
+    /* every code indexes the backbone's code table, whose stride is the audio vocab_size */
+    for (int64_t k = 0; k < n_codebooks; k++) upper[k] = (int32_t)cfg->audio.vocab_size;
+
+    dr_prompt_ids ids;
+    if (dr_prompt_resolve_ids(tok, &ids, &err)) goto done;
+    if (cfg->tokens.semantic_start >= 0 && cfg->tokens.semantic_start != ids.semantic_start) {
+        dr_fail(&err, DRAMA_EFORMAT, "%s/config.json: semantic_start_token_id %lld disagrees with tokenizer <|semantic:0|> = %d",
+                model, (long long)cfg->tokens.semantic_start, (int)ids.semantic_start);
+        goto done;
+    }
+
+    for (int i = 0; i < n_codes; i++) {
+        if (dr_codes_read(ref_codes[i], n_codebooks, upper, &codes[i], &err)) goto done;
+        if (ref_text_is_file[i]) {
+            if (read_text(ref_text[i], &transcripts[i], &err)) goto done;
+        } else if (!(transcripts[i] = strdup(ref_text[i]))) {
+            dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+            goto done;
+        }
+        refs[i] = (dr_reference){transcripts[i], &codes[i]};
+    }
+
+    if (text_file) {
+        if (read_text(text_file, &user_text, &err)) goto done;
+    } else if (!(user_text = strdup(text))) {
+        dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (speaker >= 0) {
+        size_t lead = strspn(user_text, " \t\r\n");
+        if (!dr_prompt_speaker_tag_at(user_text, strlen(user_text), lead, NULL)) {
+            size_t len = strlen(user_text) + 32;
+            char *tagged = malloc(len);
+            if (!tagged) {
+                dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+                goto done;
+            }
+            snprintf(tagged, len, "<|speaker:%d|>%s", speaker, user_text);
+            free(user_text);
+            user_text = tagged;
+        }
+    }
+
+    dr_prompt_options opt;
+    options_from_config(cfg, &opt);
+    if (dr_prompt_build(tok, &opt, n_codebooks, refs, n_codes, user_text, &rows, &err)) goto done;
+    if (dr_rows_write(out_path, &rows, &err)) goto done;
+    rc = DR_EXIT_OK;
+done:
+    if (rc != DR_EXIT_OK) fail(&err);
+    dr_rows_free(&rows);
+    for (int i = 0; i < n_codes; i++) {
+        dr_codes_free(&codes[i]);
+        free(transcripts[i]);
+    }
+    free(user_text);
+    free(tok_path);
+    dr_tok_free(tok);
+    dr_config_free(cfg);
+    return rc;
 }
