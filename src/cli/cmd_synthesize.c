@@ -1,11 +1,572 @@
-/* cmd_synthesize.c - `drama synthesize`. PLACEHOLDER until its issue lands: fails loudly. */
+/* cmd_synthesize.c - `drama synthesize`: text (+ reference voices) -> WAV, through the public
+ * API of include/drama.h. This file only parses flags, reports progress, writes the output and
+ * the receipt; the pipeline lives in src/gen/pipeline.c.
+ *
+ * Guarantees (docs/cli.md): the output is written to "<out>.tmp.<pid>" and renamed on success;
+ * on an error, the frame cap or SIGINT/SIGTERM nothing is published and no temporary file is
+ * left; the exit status says which (DR_EXIT_*). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include <jansson.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/receipt.h"
 #include "cli/commands.h"
+#include "drama.h"
+#include "io/codes_json.h"
+#include "io/rows_json.h"
+#include "io/wav_out.h"
+
+#define MAX_REFS 16
+#define MAX_SETS 64
+
+typedef struct synth_args {
+    const char *model_dir;
+    const char *text;
+    const char *text_file;
+    const char *ref_audio[MAX_REFS]; /* one of audio / codes per reference, in flag order */
+    const char *ref_codes[MAX_REFS];
+    const char *ref_text[MAX_REFS];
+    int n_refs, n_ref_texts;
+    const char *out;
+    const char *format;
+    const char *receipt;
+    const char *save_codes;
+    const char *sets[MAX_SETS + 1];
+    int n_sets;
+    int progress_json, quiet, low_memory, max_frames_given;
+    drama_request req;
+    int threads;
+} synth_args;
+
+/* ---- signals: the first SIGINT/SIGTERM cancels between frames; a second one exits at once,
+ * removing the temporary file first (unlink and _exit are async-signal-safe). ---- */
+static volatile sig_atomic_t g_signalled;
+static drama_session *volatile g_session;
+static char g_tmp_path[PATH_MAX + 64];
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_signalled) {
+        if (g_tmp_path[0]) unlink(g_tmp_path);
+        _exit(DR_EXIT_CANCELLED);
+    }
+    g_signalled = 1;
+    if (g_session) drama_session_cancel(g_session);
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: drama synthesize --model DIR (--text T | --text-file F) -o OUT [options]\n"
+            "\n"
+            "  --model DIR               model directory (config.json, weights, tokenizer, codec)\n"
+            "  --text T | --text-file F  text to speak (F = - reads stdin)\n"
+            "  -o, --output OUT          output file; - writes to stdout\n"
+            "  --format F                wav (PCM16, default) | wav-f32 | pcm16 (raw little-endian)\n"
+            "  --reference AUDIO         reference voice clip (repeatable; reference i is speaker i)\n"
+            "  --reference-codes FILE    CODES.json of a reference instead of audio (repeatable)\n"
+            "  --reference-text TEXT     transcript of each reference, in the same order\n"
+            "  --speaker N               speaker tag 0..15 for text that does not start with one\n"
+            "  --seed S                  64-bit seed (negative = two's complement); default drawn\n"
+            "  --temperature T           0..2, 0 = argmax for every draw (default 1.0)\n"
+            "  --top-p P                 (0, 1] (default 0.9)\n"
+            "  --cfg-gamma G             0..5 guidance strength with a reference (default 0 = off)\n"
+            "  --max-frames N            failure cap per text batch (default 750)\n"
+            "  --frames N                generate exactly N frames (finish reason 'frames')\n"
+            "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
+            "  --threads N               worker threads (default: all CPUs)\n"
+            "  --stream                  write audio while generating\n"
+            "  --stream-chunk-frames N   frames per streamed chunk (default: small first, then larger)\n"
+            "  --low-memory              encode / generate / decode as separate phases, releasing the\n"
+            "                            backbone and tower before decoding\n"
+            "  --set NAME=VALUE          override an engine switch (repeatable)\n"
+            "  --receipt FILE            write a JSON record of the run (also on failure)\n"
+            "  --save-codes FILE         write the generated frames as CODES.json\n"
+            "  --progress-json           one JSON event per line on stderr\n"
+            "  -q, --quiet               no progress bar\n"
+            "\n"
+            "exit status: 0 ok, 1 error, 2 bad command line, 3 frame cap reached, 130 cancelled\n"
+            "(SIGINT/SIGTERM). On any failure no output file is left behind.\n");
+}
+
+static int bad_value(const char *flag, const char *v, const char *why) {
+    fprintf(stderr, "drama synthesize: %s: invalid value '%s': %s\n", flag, v ? v : "", why);
+    return DR_EXIT_USAGE;
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno) return bad_value(flag, v, "expected an integer");
+    if (x < lo || x > hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be in %ld..%ld", lo, hi);
+        return bad_value(flag, v, why);
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, int lo_open, float *out) {
+    char *end = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || errno) return bad_value(flag, v, "expected a number");
+    if (!isfinite(x)) return bad_value(flag, v, "must be finite");
+    if (x < lo || x > hi || (lo_open && x <= lo)) {
+        char why[96];
+        snprintf(why, sizeof why, "must be in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
+        return bad_value(flag, v, why);
+    }
+    *out = (float)x;
+    return 0;
+}
+
+static int parse_seed(const char *v, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!v || !*v) return bad_value("--seed", v, "expected an integer");
+    if (v[0] == '-') {
+        long long x = strtoll(v, &end, 10);
+        if (*end || errno) return bad_value("--seed", v, "expected a 64-bit integer");
+        *out = (uint64_t)x; /* two's complement bits (TEXT.md 5.6) */
+    } else {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*end || errno) return bad_value("--seed", v, "expected a 64-bit integer");
+        *out = (uint64_t)x;
+    }
+    return 0;
+}
+
+/* Returns -1 when parsing succeeded, else the exit status. */
+static int parse_args(int argc, char **argv, synth_args *a) {
+    memset(a, 0, sizeof *a);
+    drama_request_default(&a->req);
+    a->format = NULL;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            usage(stdout);
+            return DR_EXIT_OK;
+        }
+        /* Boolean flags. */
+        if (!strcmp(f, "--stream")) { a->req.stream = 1; continue; }
+        if (!strcmp(f, "--low-memory")) { a->low_memory = 1; continue; }
+        if (!strcmp(f, "--progress-json")) { a->progress_json = 1; continue; }
+        if (!strcmp(f, "-q") || !strcmp(f, "--quiet")) { a->quiet = 1; continue; }
+        if (f[0] != '-') {
+            fprintf(stderr, "drama synthesize: unexpected argument '%s' (see --help)\n", f);
+            return DR_EXIT_USAGE;
+        }
+        /* Flags with a value: --flag V or --flag=V. */
+        const char *v = NULL;
+        char name[64];
+        const char *eq = strncmp(f, "--", 2) == 0 ? strchr(f, '=') : NULL;
+        if (eq && (size_t)(eq - f) < sizeof name) {
+            memcpy(name, f, (size_t)(eq - f));
+            name[eq - f] = '\0';
+            v = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", f);
+            if (i + 1 < argc) v = argv[i + 1], i++;
+            else v = NULL;
+        }
+        if (!v) {
+            fprintf(stderr, "drama synthesize: %s needs a value\n", name);
+            return DR_EXIT_USAGE;
+        }
+        if (!strcmp(name, "--model")) a->model_dir = v;
+        else if (!strcmp(name, "--text")) a->text = v;
+        else if (!strcmp(name, "--text-file")) a->text_file = v;
+        else if (!strcmp(name, "-o") || !strcmp(name, "--output")) a->out = v;
+        else if (!strcmp(name, "--format")) {
+            dr_wav_format fm;
+            if (!dr_wav_format_parse(v, &fm)) return bad_value(name, v, "expected wav, wav-f32 or pcm16");
+            a->format = v;
+        } else if (!strcmp(name, "--reference") || !strcmp(name, "--reference-codes")) {
+            if (a->n_refs == MAX_REFS) return bad_value(name, v, "at most 16 references (speakers 0..15)");
+            if (!*v) return bad_value(name, v, "empty path");
+            if (name[11] == '\0') a->ref_audio[a->n_refs++] = v;
+            else a->ref_codes[a->n_refs++] = v;
+        } else if (!strcmp(name, "--reference-text")) {
+            if (a->n_ref_texts == MAX_REFS) return bad_value(name, v, "at most 16 references");
+            a->ref_text[a->n_ref_texts++] = v;
+        } else if (!strcmp(name, "--speaker")) {
+            if ((rc = parse_int(name, v, 0, 15, &a->req.speaker))) return rc;
+        } else if (!strcmp(name, "--seed")) {
+            if ((rc = parse_seed(v, &a->req.seed))) return rc;
+            a->req.seed_set = 1;
+        } else if (!strcmp(name, "--temperature")) {
+            if ((rc = parse_float(name, v, 0, 2, 0, &a->req.temperature))) return rc;
+        } else if (!strcmp(name, "--top-p")) {
+            if ((rc = parse_float(name, v, 0, 1, 1, &a->req.top_p))) return rc;
+        } else if (!strcmp(name, "--cfg-gamma")) {
+            if ((rc = parse_float(name, v, 0, 5, 0, &a->req.cfg_gamma))) return rc;
+        } else if (!strcmp(name, "--max-frames")) {
+            if ((rc = parse_int(name, v, 1, 1000000, &a->req.max_frames))) return rc;
+            a->max_frames_given = 1;
+        } else if (!strcmp(name, "--frames")) {
+            if ((rc = parse_int(name, v, 1, 1000000, &a->req.frames))) return rc;
+        } else if (!strcmp(name, "--chunk-tokens")) {
+            if ((rc = parse_int(name, v, 1, 1000000, &a->req.chunk_tokens))) return rc;
+        } else if (!strcmp(name, "--threads")) {
+            if ((rc = parse_int(name, v, 1, 4096, &a->threads))) return rc;
+        } else if (!strcmp(name, "--stream-chunk-frames")) {
+            if ((rc = parse_int(name, v, 1, 1000000, &a->req.stream_chunk_frames))) return rc;
+        } else if (!strcmp(name, "--set")) {
+            if (a->n_sets == MAX_SETS) return bad_value(name, v, "at most 64 --set flags");
+            if (!strchr(v, '=')) return bad_value(name, v, "expected NAME=VALUE");
+            a->sets[a->n_sets++] = v;
+        } else if (!strcmp(name, "--receipt")) a->receipt = v;
+        else if (!strcmp(name, "--save-codes")) a->save_codes = v;
+        else {
+            fprintf(stderr, "drama synthesize: unknown option '%s' (see --help)\n", name);
+            return DR_EXIT_USAGE;
+        }
+    }
+    if (!a->model_dir) return bad_value("--model", "", "required");
+    if (!a->text == !a->text_file) {
+        fprintf(stderr, "drama synthesize: give exactly one of --text and --text-file\n");
+        return DR_EXIT_USAGE;
+    }
+    if (!a->out) return bad_value("-o", "", "an output path is required (- for stdout)");
+    if (a->n_ref_texts != a->n_refs) {
+        fprintf(stderr,
+                "drama synthesize: --reference-text: %d transcript(s) for %d reference(s); give one "
+                "--reference-text per --reference/--reference-codes, in the same order\n",
+                a->n_ref_texts, a->n_refs);
+        return DR_EXIT_USAGE;
+    }
+    for (int r = 0; r < a->n_refs; r++)
+        if (!a->ref_text[r][0]) return bad_value("--reference-text", "", "a transcript must not be empty");
+    if (a->req.frames > a->req.max_frames) {
+        if (!a->max_frames_given) a->req.max_frames = a->req.frames; /* the default cap yields */
+    }
+    if (a->req.frames > a->req.max_frames) { /* an explicit cap below an explicit count */
+        fprintf(stderr, "drama synthesize: --frames %d exceeds --max-frames %d\n", a->req.frames, a->req.max_frames);
+        return DR_EXIT_USAGE;
+    }
+    if (a->req.stream_chunk_frames && !a->req.stream) {
+        fprintf(stderr, "drama synthesize: --stream-chunk-frames needs --stream\n");
+        return DR_EXIT_USAGE;
+    }
+    if (a->req.cfg_gamma > 0 && a->n_refs == 0)
+        DR_WARN("drama synthesize: --cfg-gamma has no effect without a reference (the model's own voice is never guided)");
+    return -1;
+}
+
+/* ---- progress ---- */
+
+typedef struct run_ctx {
+    synth_args *a;
+    dr_wav_out *wav;
+    drama_error write_err;
+    int tty_bar;
+    int64_t chunks;
+    double t0;
+    const char *pause_env;  /* test hook, see on_audio */
+} run_ctx;
+
+static void emit_json_event(json_t *ev) {
+    char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (s) {
+        fprintf(stderr, "%s\n", s);
+        fflush(stderr);
+        free(s);
+    }
+    json_decref(ev);
+}
+
+static int on_event(void *user, const drama_event *ev) {
+    run_ctx *c = user;
+    if (ev->type == DRAMA_EVENT_CHUNK) return g_signalled ? 1 : 0; /* on_audio reports chunks */
+    if (c->a->progress_json) {
+        const char *kind = ev->type == DRAMA_EVENT_PHASE ? "phase" : "frames";
+        json_t *j = json_pack("{s:s, s:s, s:f, s:I}", "event", kind, "phase", drama_phase_name(ev->phase), "t",
+                              ev->elapsed_s, "rss_bytes", (json_int_t)ev->rss_bytes);
+        if (ev->type != DRAMA_EVENT_PHASE) {
+            json_object_set_new(j, "batch", json_integer(ev->batch));
+            json_object_set_new(j, "batches", json_integer(ev->n_batches));
+            json_object_set_new(j, "frames", json_integer(ev->frames));
+            json_object_set_new(j, "frames_target", json_integer(ev->frames_target));
+            json_object_set_new(j, "audio_seconds", json_real(ev->audio_seconds));
+        }
+        emit_json_event(j);
+    } else if (c->tty_bar && ev->type == DRAMA_EVENT_FRAMES) {
+        int64_t tgt = ev->frames_target > 0 ? ev->frames_target : 1;
+        int fill = (int)(30 * (ev->frames > tgt ? tgt : ev->frames) / tgt);
+        char bar[31];
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(stderr, "\r[%s] batch %d/%d  frame %" PRId64 "/%" PRId64 "  %.1f s audio  %.1f s",
+                bar, ev->batch + 1, ev->n_batches, ev->frames, ev->frames_target, ev->audio_seconds, ev->elapsed_s);
+        fflush(stderr);
+    } else if (c->tty_bar && ev->type == DRAMA_EVENT_PHASE) {
+        fprintf(stderr, "\r%-90s\r%s...", "", drama_phase_name(ev->phase));
+        fflush(stderr);
+    }
+    return g_signalled ? 1 : 0;
+}
+
+/* Test hook: DRAMA_TEST_PAUSE_AFTER_CHUNK=1 makes the CLI wait for a signal after delivering
+ * its first chunk, so tests can send SIGINT "after the first chunk" without timing races. */
+static void pause_for_signal(void) {
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    while (!g_signalled) sigsuspend(&old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static int on_audio(void *user, const float *samples, size_t n) {
+    run_ctx *c = user;
+    if (!c->a->req.stream) dr_wav_out_set_expected(c->wav, dr_wav_out_samples(c->wav) + n);
+    if (dr_wav_out_write(c->wav, samples, n, &c->write_err) != DRAMA_OK) return 1;
+    c->chunks++;
+    if (c->a->progress_json) {
+        json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:I}", "event", "chunk", "chunk", (json_int_t)c->chunks,
+                              "samples", (json_int_t)n, "samples_total", (json_int_t)dr_wav_out_samples(c->wav),
+                              "audio_seconds", (double)dr_wav_out_samples(c->wav) / 44100.0, "t",
+                              dr_clock_s() - c->t0, "bytes", (json_int_t)dr_wav_out_bytes(c->wav));
+        emit_json_event(j);
+    }
+    if (c->pause_env && c->chunks == 1) pause_for_signal();
+    return g_signalled ? 1 : 0;
+}
+
+/* ---- receipt ---- */
+
+static json_t *phases_json(const drama_result *r) {
+    json_t *o = json_object();
+    for (int p = 0; p < DRAMA_PHASE_COUNT; p++) {
+        const drama_phase_stats *s = &r->phases[p];
+        if (!s->ran) continue;
+        json_object_set_new(o, drama_phase_name(p),
+                            json_pack("{s:f, s:I, s:I}", "wall_s", s->wall_s, "peak_rss_bytes",
+                                      (json_int_t)s->peak_rss_bytes, "rss_end_bytes", (json_int_t)s->rss_end_bytes));
+    }
+    return o;
+}
+
+static json_t *settings_json(const synth_args *a, const drama_result *r, const char *format) {
+    const drama_request *q = &a->req;
+    json_t *refs = json_array();
+    for (int i = 0; i < a->n_refs; i++)
+        json_array_append_new(refs, json_pack("{s:s?, s:s?, s:s}", "audio", a->ref_audio[i], "codes", a->ref_codes[i],
+                                              "transcript", a->ref_text[i]));
+    json_t *sets = json_array();
+    for (int i = 0; i < a->n_sets; i++) json_array_append_new(sets, json_string(a->sets[i]));
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, r->seed);
+    return json_pack("{s:s?, s:s?, s:o, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:b, s:i, s:b, s:s, s:s, s:o}",
+                     "text", a->text, "text_file", a->text_file, "references", refs, "speaker", q->speaker, "seed", seed,
+                     "seed_given", q->seed_set, "temperature", (double)q->temperature, "top_p", (double)q->top_p,
+                     "cfg_gamma", (double)q->cfg_gamma, "max_frames", q->max_frames, "frames", q->frames,
+                     "chunk_tokens", q->chunk_tokens, "threads", a->threads, "stream", q->stream,
+                     "stream_chunk_frames", q->stream_chunk_frames, "low_memory", a->low_memory, "format", format,
+                     "output", a->out, "set", sets);
+}
+
+static void write_receipt(const synth_args *a, const drama_result *r, const char *format, drama_status st,
+                          const drama_error *err, const char *out_sha, uint64_t out_bytes, double wall) {
+    json_t *files = NULL;
+    drama_error herr = {0};
+    if (dr_receipt_dir_files(a->model_dir, &files, &herr) != DRAMA_OK) files = json_null();
+    char abs[PATH_MAX];
+    if (!realpath(a->model_dir, abs)) snprintf(abs, sizeof abs, "%s", a->model_dir);
+    json_t *j = json_object();
+    json_object_set_new(j, "engine", json_pack("{s:s, s:s, s:s}", "name", "drama.c", "version", drama_version(),
+                                               "commit", drama_git_commit()));
+    json_object_set_new(j, "status", json_string(st == DRAMA_OK ? "ok" : drama_status_name(st)));
+    json_object_set_new(j, "finish_reason", json_string(r->finish_reason[0] ? r->finish_reason : "error"));
+    if (st != DRAMA_OK) json_object_set_new(j, "error", json_string(err->message));
+    json_object_set_new(j, "model", json_pack("{s:s, s:o}", "dir", abs, "files", files));
+    json_object_set_new(j, "settings", settings_json(a, r, format));
+    json_object_set_new(j, "prompt_tokens", json_integer(r->prompt_tokens));
+    json_object_set_new(j, "batches", json_integer(r->n_batches));
+    json_object_set_new(j, "frames", json_integer(r->frames));
+    json_object_set_new(j, "samples_per_frame", json_integer(r->samples_per_frame));
+    json_object_set_new(j, "samples", json_integer(r->samples));
+    json_object_set_new(j, "sample_rate", json_integer(r->sample_rate));
+    json_object_set_new(j, "audio_seconds", json_real(r->audio_seconds));
+    json_object_set_new(j, "wall_s", json_real(wall));
+    json_object_set_new(j, "time_to_first_audio_s", r->time_to_first_audio_s > 0 ? json_real(r->time_to_first_audio_s) : json_null());
+    json_object_set_new(j, "real_time_factor", r->audio_seconds > 0 ? json_real(wall / r->audio_seconds) : json_null());
+    json_object_set_new(j, "phases", phases_json(r));
+    json_object_set_new(j, "peak_rss_bytes", json_integer(dr_mem_peak_bytes()));
+    if (out_sha)
+        json_object_set_new(j, "output", json_pack("{s:s, s:s, s:I, s:s}", "path", a->out, "format", format, "bytes",
+                                                   (json_int_t)out_bytes, "sha256", out_sha));
+    else
+        json_object_set_new(j, "output", json_null());
+    drama_error werr = {0};
+    if (dr_receipt_write(a->receipt, j, &werr) != DRAMA_OK) fprintf(stderr, "drama synthesize: %s\n", werr.message);
+    json_decref(j);
+}
+
+static int exit_code_for(drama_status st) {
+    switch (st) {
+    case DRAMA_OK: return DR_EXIT_OK;
+    case DRAMA_EFRAMELIMIT: return DR_EXIT_FRAME_LIMIT;
+    case DRAMA_ECANCELLED: return DR_EXIT_CANCELLED;
+    default: return DR_EXIT_ERROR;
+    }
+}
+
+static char *read_text_file(const char *path, drama_error *err) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (dr_io_read_all(path, &buf, &len, err) != DRAMA_OK) return NULL;
+    char *s = realloc(buf, len + 1);
+    if (!s) {
+        free(buf);
+        dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    s[len] = '\0';
+    size_t nul = strlen(s);
+    if (nul != len) {
+        free(s);
+        dr_fail(err, DRAMA_EFORMAT, "%s: text contains a NUL byte at offset %zu", path, nul);
+        return NULL;
+    }
+    return s;
+}
 
 int cmd_synthesize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "drama synthesize: not implemented yet\n");
-    return DR_EXIT_ERROR;
+    synth_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    double t0 = dr_clock_s();
+    drama_error err = {0};
+    drama_status st = DRAMA_OK;
+    drama_result res;
+    memset(&res, 0, sizeof res);
+    char *text_buf = NULL;
+    drama_model *model = NULL;
+    drama_session *session = NULL;
+    run_ctx ctx = {.a = &a, .t0 = t0, .pause_env = getenv("DRAMA_TEST_PAUSE_AFTER_CHUNK")};
+    if (ctx.pause_env && !*ctx.pause_env) ctx.pause_env = NULL;
+    ctx.tty_bar = !a.quiet && !a.progress_json && isatty(STDERR_FILENO);
+    dr_wav_format fmt = DR_WAV_PCM16;
+    if (a.format) dr_wav_format_parse(a.format, &fmt);
+    char out_sha[65] = {0};
+    uint64_t out_bytes = 0;
+    int published = 0;
+    install_signals();
+
+    drama_reference refs[MAX_REFS];
+    for (int i = 0; i < a.n_refs; i++) {
+        refs[i].audio_path = a.ref_audio[i];
+        refs[i].codes_path = a.ref_codes[i];
+        refs[i].transcript = a.ref_text[i];
+    }
+    a.req.references = refs;
+    a.req.n_references = a.n_refs;
+    if (a.text_file) {
+        text_buf = read_text_file(a.text_file, &err);
+        if (!text_buf) {
+            st = err.code;
+            goto done;
+        }
+        a.req.text = text_buf;
+    } else {
+        a.req.text = a.text;
+    }
+
+    drama_model_options mo;
+    drama_model_options_default(&mo);
+    mo.threads = a.threads;
+    mo.low_memory = a.low_memory;
+    a.sets[a.n_sets] = NULL;
+    mo.set = a.n_sets ? a.sets : NULL;
+    st = drama_model_open(&model, a.model_dir, &mo, &err);
+    if (st != DRAMA_OK) goto done;
+    st = drama_session_create(&session, model, &err);
+    if (st != DRAMA_OK) goto done;
+    g_session = session;
+    if (g_signalled) drama_session_cancel(session);
+    /* Open the output before any generation so a bad -o fails in milliseconds. */
+    st = dr_wav_out_open(&ctx.wav, a.out, fmt, 44100, 0, &err);
+    if (st != DRAMA_OK) goto done;
+    snprintf(g_tmp_path, sizeof g_tmp_path, "%s", dr_wav_out_temp_path(ctx.wav));
+
+    st = drama_synthesize(session, &a.req, on_audio, on_event, &ctx, &res, &err);
+    if (st != DRAMA_OK && ctx.write_err.code != DRAMA_OK) {
+        /* The writer's message is the cause; the pipeline only saw "cancelled by callback". */
+        err = ctx.write_err;
+        st = err.code;
+        snprintf(res.finish_reason, sizeof res.finish_reason, "error");
+    }
+    if (st == DRAMA_OK && g_signalled) {
+        st = dr_fail(&err, DRAMA_ECANCELLED, "cancelled by signal");
+        snprintf(res.finish_reason, sizeof res.finish_reason, "cancelled");
+    }
+    if (st == DRAMA_OK && a.save_codes) {
+        dr_codes codes = {.n_frames = res.frames, .n_codebooks = res.n_codebooks, .data = res.codes};
+        st = dr_codes_write(a.save_codes, &codes, &err);
+        if (st != DRAMA_OK) dr_error_prefix(&err, "--save-codes: ");
+    }
+    if (st == DRAMA_OK) {
+        out_bytes = dr_wav_out_bytes(ctx.wav);
+        st = dr_wav_out_commit(ctx.wav, out_sha, &err);
+        ctx.wav = NULL;
+        g_tmp_path[0] = '\0';
+        published = st == DRAMA_OK;
+        if (!published && a.save_codes) unlink(a.save_codes);
+    }
+
+done:
+    if (ctx.wav) {
+        dr_wav_out_abort(ctx.wav); /* removes the temporary file: nothing is published */
+        ctx.wav = NULL;
+    }
+    g_tmp_path[0] = '\0';
+    g_session = NULL;
+    double wall = dr_clock_s() - t0;
+    if (ctx.tty_bar) fprintf(stderr, "\r%-100s\r", "");
+    if (st == DRAMA_ECANCELLED && !res.finish_reason[0]) snprintf(res.finish_reason, sizeof res.finish_reason, "cancelled");
+    if (st != DRAMA_OK && !res.finish_reason[0]) snprintf(res.finish_reason, sizeof res.finish_reason, "error");
+    if (st != DRAMA_OK)
+        fprintf(stderr, "drama synthesize: %s (%s)%s\n", err.message[0] ? err.message : drama_status_name(st),
+                res.finish_reason, strcmp(a.out, "-") ? "; no output file written" : "");
+    if (a.progress_json) {
+        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:f, s:f}", "event", "done", "status",
+                              st == DRAMA_OK ? "ok" : drama_status_name(st), "finish_reason", res.finish_reason,
+                              "frames", (json_int_t)res.frames, "audio_seconds", res.audio_seconds, "t", wall);
+        emit_json_event(j);
+    } else if (st == DRAMA_OK && !a.quiet) {
+        fprintf(stderr, "%s: %" PRId64 " frames, %.2f s of audio in %.2f s (RTF %.2f), seed %" PRIu64 ", %s\n",
+                strcmp(a.out, "-") ? a.out : "stdout", res.frames, res.audio_seconds, wall,
+                res.audio_seconds > 0 ? wall / res.audio_seconds : 0.0, res.seed, res.finish_reason);
+    }
+    if (a.receipt) write_receipt(&a, &res, dr_wav_format_name(fmt), st, &err, published ? out_sha : NULL, out_bytes, wall);
+    drama_result_free(&res);
+    drama_session_free(session);
+    drama_model_close(model);
+    free(text_buf);
+    return exit_code_for(st);
 }

@@ -1,0 +1,43 @@
+/* pipeline_internal.h - the structs behind drama_model / drama_session and the model-facing
+ * steps of a request (pipeline_run.c). Private to src/gen/pipeline*.c. */
+#ifndef DRAMA_GEN_PIPELINE_INTERNAL_H
+#define DRAMA_GEN_PIPELINE_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "base/pool.h"
+#include "codec/codec.h"
+#include "drama.h"
+#include "gen/pipeline.h"
+#include "model/config.h"
+#include "text/tokenizer.h"
+
+typedef struct dr_pl_lm dr_pl_lm; /* backbone + tower (+ their checkpoint mapping) */
+
+struct drama_model {
+    char *dir;
+    int threads;
+    int low_memory;
+    char **sets;      /* copies of the --set overrides */
+    int n_sets;
+    dr_config *cfg;
+    dr_tok *tok;
+    dr_pool *pool;
+    dr_codec *codec;  /* decoder + encoder */
+    dr_pl_lm *lm;     /* NULL while released (low-memory mode between requests) */
+};
+
+struct drama_session {
+    drama_model *model;
+    atomic_int cancel;
+};
+
+drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_model_options *opt,
+                              drama_error *err);
+void dr_pl_model_close(drama_model *m);
+void dr_pl_session_release(drama_session *s);
+
+drama_status dr_pl_run(drama_session *s, const drama_request *req, drama_audio_fn on_audio, drama_event_fn on_event,
+                       void *user, drama_result *res, drama_error *err);
+
+#endif
