@@ -47,6 +47,18 @@ TGT static inline __m256 e2m1x8(__m256i code) {
     return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
 }
 
+static void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, float *out) {
+    if (dt == DR_DT_BF16) {
+        for (int i = 0; i < cnt; i++) {
+            uint16_t h;
+            memcpy(&h, base + 2 * (i0 + i), 2);
+            out[i] = dr_bf16_to_f32(h);
+        }
+    } else {
+        for (int i = 0; i < cnt; i++) out[i] = dr_weight_load_scale(base, dt, i0 + i);
+    }
+}
+
 TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols;
@@ -108,9 +120,16 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
     case DR_WF_AFFINE: {
         int64_t sbase = r * w->scale_cols;
         int64_t g = w->group; /* 32, 64 or 128: a multiple of 8 */
+        float sv[64], bv[64];
         for (int64_t c0 = 0; c0 < cols; c0 += g) {
-            __m256 s = _mm256_set1_ps(dr_weight_load_scale(w->scales, w->scale_dtype, sbase + c0 / g));
-            __m256 b = _mm256_set1_ps(dr_weight_load_scale(w->biases, w->scale_dtype, sbase + c0 / g));
+            int64_t gi = c0 / g;
+            if (gi % 64 == 0) { /* scales and biases of the next 64 groups, the dtype switch hoisted */
+                int cnt = w->scale_cols - gi < 64 ? (int)(w->scale_cols - gi) : 64;
+                load_scales(w->scales, w->scale_dtype, sbase + gi, cnt, sv);
+                load_scales(w->biases, w->scale_dtype, sbase + gi, cnt, bv);
+            }
+            __m256 s = _mm256_set1_ps(sv[gi % 64]);
+            __m256 b = _mm256_set1_ps(bv[gi % 64]);
             for (int64_t c = c0; c < c0 + g; c += 8) {
                 __m256i q = w->bits == 4 ? nibbles8(row + c / 2) : load8_u8(row + c);
                 /* mul then add (no fma): the reference's two roundings */

@@ -1,0 +1,269 @@
+/* bench_matmul - CPU matmul throughput per stored format, against the machine's memory bandwidth.
+ *
+ * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot]
+ * Weights rotate over enough copies to exceed the last-level cache (--hot: one copy, cache
+ * resident), as in decoding, where every expert matrix is read once per token. GB/s counts the
+ * stored weight bytes (codes + scales + biases) read per call. The bandwidth line is a
+ * STREAM-like copy (bytes read + written) and a read-only sum over 256 MiB buffers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul.h"
+#include "base/alloc.h"
+#include "base/pool.h"
+#include "num/formats.h"
+#include "num/quant.h"
+#include "num/weight.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint32_t rng = 7;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+}
+
+/* Copy / read bandwidth over 256 MiB, best of a few passes. */
+static void memory_bandwidth(double *copy_gbs, double *read_gbs) {
+    size_t n = (size_t)256 << 20;
+    uint8_t *a = dr_alloc(n), *b = dr_alloc(n);
+    if (!a || !b) {
+        *copy_gbs = *read_gbs = 0;
+        dr_free(a);
+        dr_free(b);
+        return;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best_c = 1e9, best_r = 1e9;
+    volatile double sink = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = now_s();
+        memcpy(b, a, n);
+        double t1 = now_s();
+        const double *d = (const double *)(void *)a;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+            s0 += d[i];
+            s1 += d[i + 1];
+            s2 += d[i + 2];
+            s3 += d[i + 3];
+        }
+        sink += s0 + s1 + s2 + s3 + b[rep];
+        double t2 = now_s();
+        if (t1 - t0 < best_c) best_c = t1 - t0;
+        if (t2 - t1 < best_r) best_r = t2 - t1;
+    }
+    (void)sink;
+    *copy_gbs = 2.0 * (double)n / best_c / 1e9;
+    *read_gbs = (double)n / best_r / 1e9;
+    dr_free(a);
+    dr_free(b);
+}
+
+/* One encoded weight and `copies` byte-identical clones of its buffers. */
+typedef struct bench_weight {
+    dr_weight w[64];
+    int copies;
+    void *bufs[64][3];
+    size_t bytes;
+} bench_weight;
+
+static const char *fmt_label(dr_wfmt f) {
+    switch (f) {
+    case DR_WF_F32: return "f32";
+    case DR_WF_F16: return "f16";
+    case DR_WF_BF16: return "bf16";
+    case DR_WF_FP8_BLOCK: return "fp8-block";
+    case DR_WF_NVFP4: return "nvfp4";
+    case DR_WF_AFFINE: return "q4-g64";
+    default: return "?";
+    }
+}
+
+static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int hot) {
+    memset(bw, 0, sizeof *bw);
+    float *src = malloc((size_t)(rows * cols) * sizeof *src);
+    if (!src) return -1;
+    for (int64_t i = 0; i < rows * cols; i++) src[i] = frand() * 0.05f;
+    size_t sz[3] = {0, 0, 0};
+    void *b0[3] = {NULL, NULL, NULL};
+    drama_error err = {0};
+    int64_t n = rows * cols;
+    switch (fmt) {
+    case DR_WF_F32:
+        sz[0] = (size_t)n * 4;
+        b0[0] = malloc(sz[0]);
+        memcpy(b0[0], src, sz[0]);
+        break;
+    case DR_WF_BF16:
+    case DR_WF_F16:
+        sz[0] = (size_t)n * 2;
+        b0[0] = malloc(sz[0]);
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)b0[0])[i] = fmt == DR_WF_BF16 ? dr_f32_to_bf16(src[i]) : dr_f32_to_f16(src[i]);
+        break;
+    case DR_WF_FP8_BLOCK:
+        sz[0] = (size_t)n;
+        sz[1] = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128)) * 4;
+        b0[0] = malloc(sz[0]);
+        b0[1] = malloc(sz[1]);
+        dr_quant_fp8_block(src, rows, cols, 128, 128, b0[0], b0[1], &err);
+        break;
+    case DR_WF_NVFP4:
+        sz[0] = (size_t)n / 2;
+        sz[1] = (size_t)n / 16;
+        sz[2] = 4;
+        b0[0] = malloc(sz[0]);
+        b0[1] = malloc(sz[1]);
+        b0[2] = malloc(4);
+        {
+            float gs = dr_quant_nvfp4_global_scale(dr_quant_amax(src, n));
+            memcpy(b0[2], &gs, 4);
+            dr_quant_nvfp4(src, rows, cols, gs, b0[0], b0[1], &err);
+        }
+        break;
+    case DR_WF_AFFINE:
+        sz[0] = (size_t)n / 2;
+        sz[1] = sz[2] = (size_t)n / 64 * 2;
+        for (int i = 0; i < 3; i++) b0[i] = malloc(sz[i]);
+        dr_quant_affine(src, rows, cols, 4, 64, DR_DT_BF16, b0[0], b0[1], b0[2], &err);
+        break;
+    default: break;
+    }
+    free(src);
+    if (err.code) {
+        fprintf(stderr, "encode: %s\n", err.message);
+        return -1;
+    }
+    size_t total = sz[0] + sz[1] + sz[2];
+    /* enough copies for 4x the 32 MiB L3 of common server parts, at most 64 */
+    int copies = hot ? 1 : (int)((128u << 20) / total) + 1;
+    if (copies > 64) copies = 64;
+    bw->copies = copies;
+    for (int c = 0; c < copies; c++) {
+        for (int i = 0; i < 3; i++) {
+            if (!b0[i]) continue;
+            bw->bufs[c][i] = dr_alloc(sz[i]);
+            memcpy(bw->bufs[c][i], b0[i], sz[i]);
+        }
+        dr_tensor tw = {.name = "bench.weight", .ndim = 2, .shape = {rows, cols}, .data = bw->bufs[c][0], .nbytes = sz[0]};
+        dr_tensor ts = {.name = "bench.scale", .ndim = 2, .data = bw->bufs[c][1], .nbytes = sz[1]};
+        dr_tensor t2 = {.name = "bench.scale2", .ndim = 0, .dtype = DR_DT_F32, .data = bw->bufs[c][2], .nbytes = sz[2]};
+        dr_tensor tb = ts;
+        const dr_tensor *ps = NULL, *p2 = NULL, *pb = NULL;
+        switch (fmt) {
+        case DR_WF_F32: tw.dtype = DR_DT_F32; break;
+        case DR_WF_F16: tw.dtype = DR_DT_F16; break;
+        case DR_WF_BF16: tw.dtype = DR_DT_BF16; break;
+        case DR_WF_FP8_BLOCK:
+            tw.dtype = DR_DT_F8_E4M3;
+            ts.dtype = DR_DT_F32;
+            ts.shape[0] = (rows + 127) / 128;
+            ts.shape[1] = (cols + 127) / 128;
+            ps = &ts;
+            break;
+        case DR_WF_NVFP4:
+            tw.dtype = DR_DT_U8;
+            tw.shape[1] = cols / 2;
+            ts.dtype = DR_DT_F8_E4M3;
+            ts.shape[0] = rows;
+            ts.shape[1] = cols / 16;
+            ps = &ts;
+            p2 = &t2;
+            break;
+        case DR_WF_AFFINE:
+            tw.dtype = DR_DT_U32;
+            tw.shape[1] = cols / 8;
+            ts.dtype = DR_DT_BF16;
+            ts.shape[0] = rows;
+            ts.shape[1] = cols / 64;
+            tb = ts;
+            tb.data = bw->bufs[c][2];
+            tb.nbytes = sz[2];
+            ps = &ts;
+            pb = &tb;
+            break;
+        default: break;
+        }
+        if (dr_weight_bind(&tw, ps, p2, pb, -1, 0, 0, &bw->w[c], &err) != DRAMA_OK) {
+            fprintf(stderr, "bind: %s\n", err.message);
+            return -1;
+        }
+    }
+    bw->bytes = dr_weight_bytes(&bw->w[0]);
+    for (int i = 0; i < 3; i++) free(b0[i]);
+    return 0;
+}
+
+static void release(bench_weight *bw) {
+    for (int c = 0; c < bw->copies; c++)
+        for (int i = 0; i < 3; i++) dr_free(bw->bufs[c][i]);
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, hot = 0;
+    double min_ms = 300;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--min-ms") && i + 1 < argc) min_ms = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else {
+            fprintf(stderr, "usage: %s [--threads N] [--min-ms MS] [--hot]\n", argv[0]);
+            return 2;
+        }
+    }
+    dr_pool *pool = dr_pool_create(threads);
+    if (!pool) return 1;
+    double copy_gbs, read_gbs;
+    memory_bandwidth(&copy_gbs, &read_gbs);
+    printf("drama bench_matmul  path=%s threads=%d weights=%s\n", dr_cpu_path_name(dr_cpu_best_path()),
+           dr_pool_threads(pool), hot ? "hot (one copy, cache resident)" : "cold (rotating copies > 128 MiB)");
+    printf("memory bandwidth (256 MiB, single thread): copy %.1f GB/s (read+write), read %.1f GB/s\n\n", copy_gbs,
+           read_gbs);
+    printf("%-10s %-12s %4s %10s %10s %10s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s");
+    const dr_wfmt fmts[] = {DR_WF_BF16, DR_WF_F16, DR_WF_FP8_BLOCK, DR_WF_NVFP4, DR_WF_AFFINE, DR_WF_F32};
+    const int64_t shapes[3][2] = {{512, 2048}, {2048, 512}, {2048, 2048}};
+    const int64_t ns[2] = {1, 8};
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        for (int s = 0; s < 3; s++) {
+            bench_weight *bw = calloc(1, sizeof *bw);
+            if (!bw || make(bw, fmts[f], shapes[s][0], shapes[s][1], hot) != 0) return 1;
+            int64_t rows = shapes[s][0], cols = shapes[s][1];
+            for (int ni = 0; ni < 2; ni++) {
+                int64_t n = ns[ni];
+                float *x = dr_alloc((size_t)(n * cols) * 4), *y = dr_alloc((size_t)(n * rows) * 4);
+                for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+                dr_cpu_matmul(&bw->w[0], x, n, y, pool); /* warm-up */
+                long calls = 0;
+                double t0 = now_s(), t;
+                do {
+                    dr_cpu_matmul(&bw->w[calls % bw->copies], x, n, y, pool);
+                    calls++;
+                    t = now_s();
+                } while ((t - t0) * 1e3 < min_ms || calls < 3);
+                double ms = (t - t0) * 1e3 / (double)calls;
+                char shape[32];
+                snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)rows, (long long)cols);
+                printf("%-10s %-12s %4lld %10.2f %10.3f %10.2f\n", fmt_label(fmts[f]), shape, (long long)n,
+                       (double)bw->bytes / 1e6, ms, (double)bw->bytes / (ms * 1e-3) / 1e9);
+                fflush(stdout);
+                if (!isfinite(y[0])) fprintf(stderr, "warning: non-finite output\n");
+                dr_free(x);
+                dr_free(y);
+            }
+            release(bw);
+            free(bw);
+        }
+    }
+    dr_pool_free(pool);
+    return 0;
+}
