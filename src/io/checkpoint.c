@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/log.h"
+
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define MAX_INDEX_BYTES (1ull << 30) /* an index is a few MB even for the largest models */
@@ -209,12 +211,15 @@ typedef struct problems {
 static void problem(problems *p, const char *fmt, ...) DR_PRINTF(2, 3);
 static void problem(problems *p, const char *fmt, ...) {
     p->count++;
-    if (p->used + 4 >= sizeof p->text) return;
     char item[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(item, sizeof item, fmt, ap);
     va_end(ap);
+    if (p->used + 4 >= sizeof p->text) {
+        dr_log(DR_LOG_ERROR, "%s", item); /* every disagreement is reported: the rest go to the log */
+        return;
+    }
     int w = snprintf(p->text + p->used, sizeof p->text - p->used, "%s%s", p->count > 1 ? "; " : "", item);
     if (w > 0) p->used = (size_t)w + p->used >= sizeof p->text ? sizeof p->text - 1 : p->used + (size_t)w;
 }
@@ -349,7 +354,7 @@ static drama_status open_indexed(dr_ckpt *c, const char *index_path, drama_error
     if ((st = build_table(c, &pr, err)) != DRAMA_OK) return st;
     if (pr.count)
         return dr_fail(err, DRAMA_EFORMAT, "%s: index and shard headers disagree (%d problem%s): %s%s", index_path,
-                       pr.count, pr.count > 1 ? "s" : "", pr.text, pr.used + 4 >= sizeof pr.text ? " ..." : "");
+                       pr.count, pr.count > 1 ? "s" : "", pr.text, pr.used + 4 >= sizeof pr.text ? " ... (the rest are logged)" : "");
     if (c->index->has_total_size) {
         uint64_t sum = 0;
         for (int64_t k = 0; k < c->count; k++) sum += c->entries[k].t->nbytes;

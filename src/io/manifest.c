@@ -247,8 +247,8 @@ drama_status dr_manifest_verify(const dr_manifest *m, const char *dir, const cha
     dr_progress_end(&prog);
     if (bad) {
         first_code = DRAMA_EHASH;
-        st = dr_fail(err, first_code, "%s%s (%lld of %lld files failed verification)", first,
-                     bad > 1 ? " and others" : "", (long long)bad, (long long)m->count);
+        st = dr_fail(err, first_code, "%s (%lld of %lld files failed verification)", first, (long long)bad,
+                     (long long)m->count);
     }
 done:
     for (int64_t i = 0; i < m->count; i++) free(paths[i]);
