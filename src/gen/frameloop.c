@@ -26,7 +26,6 @@ struct dr_gen_session {
     int64_t batch_frames;  /* frames since the last prefill */
     dr_gen_finish finish;
     float *pend_h;         /* [H] hidden of the last row: the tower input of the next frame */
-    float *last_h;         /* [H] the hidden that fed the last draw */
     float *logits_c, *logits_u, *logits; /* [ncand] */
     float *head_logits;    /* [nc-1][hv] */
     int32_t *last_row;     /* [1+nc] the last row of the conditional state */
@@ -70,14 +69,13 @@ drama_status dr_gen_session_create(const dr_gen_model *m, const dr_gen_options *
     s->H = m->bb.hidden_dim;
     atomic_init(&s->cancel, 0);
     s->pend_h = dr_calloc((size_t)s->H, sizeof(float));
-    s->last_h = dr_calloc((size_t)s->H, sizeof(float));
     s->logits_c = dr_calloc((size_t)s->ncand, sizeof(float));
     s->logits_u = dr_calloc((size_t)s->ncand, sizeof(float));
     s->logits = dr_calloc((size_t)s->ncand, sizeof(float));
     s->head_logits = dr_calloc((size_t)(s->nc - 1) * s->hv, sizeof(float));
     s->last_row = dr_calloc((size_t)s->nc + 1, sizeof(int32_t));
     int cap = s->ncand > s->hv ? s->ncand : s->hv;
-    if (!s->pend_h || !s->last_h || !s->logits_c || !s->logits_u || !s->logits || !s->head_logits || !s->last_row ||
+    if (!s->pend_h || !s->logits_c || !s->logits_u || !s->logits || !s->head_logits || !s->last_row ||
         dr_sample_ws_init(&s->ws, cap, err)) {
         dr_gen_session_free(s);
         return dr_fail(err, DRAMA_ENOMEM, "generation session: out of memory");
@@ -95,7 +93,6 @@ void dr_gen_session_free(dr_gen_session *s) {
     free_states(s);
     dr_tower_cache_free(s->tc);
     dr_free(s->pend_h);
-    dr_free(s->last_h);
     dr_free(s->logits_c);
     dr_free(s->logits_u);
     dr_free(s->logits);
@@ -261,7 +258,6 @@ static drama_status make_frame(dr_gen_session *s, int32_t *frame, dr_gen_finish 
     }
     if (s->guided) dr_guidance_combine(s->logits_c, s->logits_u, s->ncand, s->o.sp.cfg_gamma, s->logits);
     else memcpy(s->logits, s->logits_c, (size_t)s->ncand * sizeof(float));
-    memcpy(s->last_h, s->pend_h, (size_t)s->H * sizeof(float));
     uint64_t f = s->o.draw_base + s->draws;
     int t;
     drama_status st = dr_sample_semantic(s->logits, s->ncand, &s->o.sp, f, s->window, s->window_len, &s->ws, &t, err);
@@ -399,5 +395,6 @@ int64_t dr_gen_position(const dr_gen_session *s) { return s->bb_len; }
 int dr_gen_guided(const dr_gen_session *s) { return s->guided; }
 int dr_gen_num_codebooks(const dr_gen_session *s) { return s->nc; }
 const float *dr_gen_last_logits(const dr_gen_session *s) { return s->logits; }
-const float *dr_gen_last_hidden(const dr_gen_session *s) { return s->last_h; }
+const float *dr_gen_pending_hidden(const dr_gen_session *s) { return s->pend_h; }
+void dr_gen_set_frames(dr_gen_session *s, int frames) { s->o.frames = frames > 0 ? frames : 0; }
 const float *dr_gen_last_head_logits(const dr_gen_session *s) { return s->head_logits; }

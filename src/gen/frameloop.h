@@ -111,9 +111,12 @@ int64_t dr_gen_position(const dr_gen_session *s);      /* rows in the conditiona
 int dr_gen_guided(const dr_gen_session *s);
 int dr_gen_num_codebooks(const dr_gen_session *s);
 /* The logits of the last semantic draw (after guidance) [n_candidates]; the conditional hidden
- * that fed the last draw [hidden_dim]; the head logits of the last frame [NC-1][head_vocab]. */
+ * of the last row, which feeds the next draw and the tower [hidden_dim]; the head logits of the
+ * last frame [NC-1][head_vocab]. */
 const float *dr_gen_last_logits(const dr_gen_session *s);
-const float *dr_gen_last_hidden(const dr_gen_session *s);
+const float *dr_gen_pending_hidden(const dr_gen_session *s);
 const float *dr_gen_last_head_logits(const dr_gen_session *s);
+/* Change the exact frame count for the next batch (0 = until the end token or the cap). */
+void dr_gen_set_frames(dr_gen_session *s, int frames);
 
 #endif

@@ -1,0 +1,473 @@
+/* Tests of src/gen/frameloop + session on the tiny checkpoint:
+ *  - golden end-to-end greedy generation (ref/e2e-noref, ref/e2e-ref12): frames exact, semantic
+ *    logits / hiddens / head logits within the README bounds (printed as max abs / rel);
+ *  - determinism: same seed twice, threads 1 vs 2, batched with another session vs alone,
+ *    guidance paired vs separate, gamma 0 equals unguided, no reference is never guided;
+ *  - the draw index n = 16*f + slot (draw_base), stop rules (exact count, end token, empty,
+ *    frame cap), cancellation then a fresh run equals an uncancelled run. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "gen/frameloop.h"
+#include "gen/sampler.h"
+#include "gen/session.h"
+#include "testutil.h"
+
+typedef struct fixture {
+    dr_gen_lm *lm1, *lm2; /* 1 and 2 threads */
+    int32_t *rows_noref, *rows_ref;
+    int64_t n_noref, n_ref;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    drama_error e = {0};
+    const char *dir = tu_model_dir("tiny-drama3");
+    if (dr_gen_lm_open(dir, NULL, 0, 1, NULL, &f->lm1, &e)) fail_msg("%s", e.message);
+    if (dr_gen_lm_open(dir, NULL, 0, 2, NULL, &f->lm2, &e)) fail_msg("%s", e.message);
+    int64_t n;
+    int W = f->lm1->tower.d.num_codebooks + 1;
+    f->rows_noref = tu_load_i32(tu_golden("ref/e2e-noref.safetensors"), "prompt.rows", &n);
+    f->n_noref = n / W;
+    f->rows_ref = tu_load_i32(tu_golden("ref/e2e-ref12.safetensors"), "prompt.rows", &n);
+    f->n_ref = n / W;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    dr_gen_lm_close(f->lm1);
+    dr_gen_lm_close(f->lm2);
+    free(f->rows_noref);
+    free(f->rows_ref);
+    free(f);
+    return 0;
+}
+
+/* ---------------- golden greedy generation ---------------- */
+
+static void golden_case(fixture *f, const char *file) {
+    const char *g = tu_golden(file);
+    int64_t n;
+    int NC = f->lm1->tower.d.num_codebooks, HV = f->lm1->tower.d.head_vocab;
+    int64_t H = f->lm1->model.bb.hidden_dim, NL = f->lm1->model.bb.n_candidates;
+    int32_t *rows = tu_load_i32(g, "prompt.rows", &n);
+    int64_t L = n / (NC + 1);
+    int32_t *frames = tu_load_i32(g, "frames", &n);
+    int F = (int)(n / NC);
+    float *sem = tu_load_f32(g, "sem_logits", &n);
+    assert_int_equal(n, F * NL);
+    float *hid = tu_load_f32(g, "hidden", &n);
+    assert_int_equal(n, (F + 1) * H);
+    float *heads = tu_load_f32(g, "head_logits", &n);
+    int FH = (int)(n / ((NC - 1) * HV));
+
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    o.sp.temperature = 0;
+    o.frames = F;
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    if (dr_gen_prefill(s, rows, L, NULL, 0, &e)) fail_msg("%s", e.message);
+    float *my_sem = calloc((size_t)F * NL, sizeof(float)), *my_hid = calloc((size_t)(F + 1) * H, sizeof(float));
+    float *my_heads = calloc((size_t)FH * (NC - 1) * HV, sizeof(float));
+    int32_t fr[16];
+    dr_gen_finish fin;
+    int mismatch = -1;
+    for (int k = 0; k < F; k++) {
+        memcpy(my_hid + k * H, dr_gen_pending_hidden(s), (size_t)H * sizeof(float));
+        if (dr_gen_next(s, fr, &fin, &e)) fail_msg("frame %d: %s", k, e.message);
+        assert_int_equal(fin, DR_FINISH_NONE);
+        memcpy(my_sem + k * NL, dr_gen_last_logits(s), (size_t)NL * sizeof(float));
+        if (k < FH) memcpy(my_heads + (int64_t)k * (NC - 1) * HV, dr_gen_last_head_logits(s),
+                           (size_t)(NC - 1) * HV * sizeof(float));
+        for (int j = 0; j < NC; j++)
+            if (fr[j] != frames[k * NC + j] && mismatch < 0) {
+                mismatch = k;
+                printf("%s: frame %d codebook %d: got %d, golden %d\n", file, k, j, fr[j], frames[k * NC + j]);
+            }
+    }
+    memcpy(my_hid + F * H, dr_gen_pending_hidden(s), (size_t)H * sizeof(float));
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    assert_int_equal(fin, DR_FINISH_FRAMES);
+    char label[128];
+    int ok = 1;
+    snprintf(label, sizeof label, "%s sem_logits", file);
+    ok &= tu_report(label, tu_compare_f32(my_sem, sem, (int64_t)F * NL), 5e-4);
+    snprintf(label, sizeof label, "%s hidden", file);
+    ok &= tu_report(label, tu_compare_f32(my_hid, hid, (int64_t)(F + 1) * H), 2e-4);
+    snprintf(label, sizeof label, "%s head_logits", file);
+    ok &= tu_report(label, tu_compare_f32(my_heads, heads, (int64_t)FH * (NC - 1) * HV), 5e-4);
+    printf("%s: %d frames, %s\n", file, F, mismatch < 0 ? "all codes equal" : "CODES DIFFER");
+    assert_true(ok);
+    assert_int_equal(mismatch, -1);
+    dr_gen_session_free(s);
+    free(rows); free(frames); free(sem); free(hid); free(heads); free(my_sem); free(my_hid); free(my_heads);
+}
+
+static void test_golden_noref(void **state) { golden_case(*state, "ref/e2e-noref.safetensors"); }
+static void test_golden_ref12(void **state) { golden_case(*state, "ref/e2e-ref12.safetensors"); }
+
+/* ---------------- helpers ---------------- */
+
+typedef struct run_result {
+    int32_t codes[64 * 16];
+    int n;
+    dr_gen_finish fin;
+    drama_status st;
+} run_result;
+
+static void sampled_options(dr_gen_options *o, uint64_t seed, int frames) {
+    dr_gen_options_default(o);
+    o->sp.seed = seed;
+    o->sp.temperature = 1.0f;
+    o->sp.top_p = 0.9f;
+    o->frames = frames;
+    o->allow_empty = 1;
+}
+
+static run_result run(const dr_gen_model *m, const dr_gen_options *o, const int32_t *rows, int64_t n,
+                      const int32_t *urows, int64_t un) {
+    run_result r;
+    memset(&r, 0, sizeof r);
+    dr_gen_session *s;
+    drama_error e = {0};
+    if (dr_gen_session_create(m, o, &s, &e)) fail_msg("%s", e.message);
+    if (dr_gen_prefill(s, rows, n, urows, un, &e)) fail_msg("%s", e.message);
+    int NC = dr_gen_num_codebooks(s);
+    while (r.n < 64) {
+        r.st = dr_gen_next(s, r.codes + r.n * NC, &r.fin, &e);
+        if (r.st || r.fin != DR_FINISH_NONE) break;
+        r.n++;
+    }
+    dr_gen_session_free(s);
+    return r;
+}
+
+static void assert_same(const run_result *a, const run_result *b, int NC, const char *what) {
+    printf("%s: %d vs %d frames\n", what, a->n, b->n);
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->fin, b->fin);
+    assert_int_equal(a->st, b->st);
+    assert_memory_equal(a->codes, b->codes, (size_t)a->n * NC * sizeof(int32_t));
+}
+
+/* ---------------- determinism ---------------- */
+
+static void test_seed_threads_batch(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    sampled_options(&o, 0x1234567890abcdefull, 12);
+    run_result a = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    run_result b = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    assert_true(a.n > 0);
+    assert_same(&a, &b, NC, "same seed twice");
+    run_result c = run(&f->lm2->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    assert_same(&a, &c, NC, "threads 1 vs 2");
+    dr_gen_options o2 = o;
+    o2.sp.seed = 99;
+    run_result d = run(&f->lm1->model, &o2, f->rows_ref, f->n_ref, NULL, 0);
+    assert_true(d.n != a.n || memcmp(d.codes, a.codes, (size_t)a.n * NC * sizeof(int32_t)));
+    /* batched with another session (other prompt, other seed, other length) vs alone */
+    dr_gen_session *ss[2];
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm2->model, &o, &ss[0], &e), DRAMA_OK);
+    dr_gen_options ob;
+    sampled_options(&ob, 7, 5);
+    assert_int_equal(dr_gen_session_create(&f->lm2->model, &ob, &ss[1], &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(ss[1], f->rows_noref, f->n_noref, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(ss[0], f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    run_result m;
+    memset(&m, 0, sizeof m);
+    int32_t frames[2 * 16];
+    dr_gen_finish fin[2] = {0, 0};
+    drama_status st[2];
+    drama_error errs[2];
+    for (int step = 0; step < 64 && fin[0] == DR_FINISH_NONE; step++) {
+        memset(errs, 0, sizeof errs);
+        int nb = fin[1] == DR_FINISH_NONE ? 2 : 1; /* keep stepping B while it runs */
+        dr_gen_next_many(ss, nb, frames, fin, st, errs);
+        assert_int_equal(st[0], DRAMA_OK);
+        if (fin[0] == DR_FINISH_NONE) memcpy(m.codes + m.n++ * NC, frames, (size_t)NC * sizeof(int32_t));
+    }
+    m.fin = fin[0];
+    assert_same(&a, &m, NC, "batched with another session vs alone");
+    dr_gen_session_free(ss[0]);
+    dr_gen_session_free(ss[1]);
+}
+
+static void test_guidance(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    sampled_options(&o, 2024, 10);
+    run_result plain = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    /* gamma 0: unguided, the unconditional rows are not even run */
+    run_result g0 = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, f->rows_noref, f->n_noref);
+    assert_same(&plain, &g0, NC, "gamma 0 vs unguided");
+    o.sp.cfg_gamma = 1.5f;
+    o.cfg_mode = DR_CFG_PAIRED;
+    run_result paired = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, f->rows_noref, f->n_noref);
+    o.cfg_mode = DR_CFG_SEPARATE;
+    run_result separate = run(&f->lm2->model, &o, f->rows_ref, f->n_ref, f->rows_noref, f->n_noref);
+    assert_same(&paired, &separate, NC, "guidance paired vs separate");
+    assert_true(paired.n != plain.n || memcmp(paired.codes, plain.codes, (size_t)plain.n * NC * sizeof(int32_t)));
+    /* guided logits are cond + gamma (cond - uncond) */
+    dr_gen_session *s, *sc, *su;
+    drama_error e = {0};
+    o.sp.temperature = 0;
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, f->rows_noref, f->n_noref, &e), DRAMA_OK);
+    assert_true(dr_gen_guided(s));
+    dr_gen_options op = o;
+    op.sp.cfg_gamma = 0;
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &op, &sc, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &op, &su, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(sc, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(su, f->rows_noref, f->n_noref, NULL, 0, &e), DRAMA_OK);
+    int32_t fr[16];
+    dr_gen_finish fin;
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(sc, fr, &fin, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(su, fr, &fin, &e), DRAMA_OK);
+    int nl = f->lm1->model.bb.n_candidates;
+    float *expect = calloc((size_t)nl, sizeof(float));
+    dr_guidance_combine(dr_gen_last_logits(sc), dr_gen_last_logits(su), nl, 1.5f, expect);
+    assert_memory_equal(expect, dr_gen_last_logits(s), (size_t)nl * sizeof(float));
+    free(expect);
+    dr_gen_session_free(s);
+    dr_gen_session_free(sc);
+    dr_gen_session_free(su);
+    /* no reference in the prompt: never guided, whatever gamma (and no unconditional rows needed) */
+    o.sp.temperature = 1;
+    o.sp.cfg_gamma = 3;
+    run_result nr = run(&f->lm1->model, &o, f->rows_noref, f->n_noref, NULL, 0);
+    o.sp.cfg_gamma = 0;
+    run_result nr0 = run(&f->lm1->model, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_same(&nr, &nr0, NC, "no reference: gamma 3 vs 0");
+    /* guided with a reference but without unconditional rows: an error naming the cause */
+    o.sp.cfg_gamma = 1;
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "unconditional"));
+    dr_gen_session_free(s);
+}
+
+/* ---------------- draw indices, stop rules, cancellation ---------------- */
+
+static void test_draw_index(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks, HV = f->lm1->tower.d.head_vocab;
+    int nl = f->lm1->model.bb.n_candidates;
+    dr_gen_options o;
+    sampled_options(&o, 31337, 0);
+    o.draw_base = 5;
+    o.sp.ras_window = 0;
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_noref, f->n_noref, NULL, 0, &e), DRAMA_OK);
+    dr_sample_ws ws;
+    assert_int_equal(dr_sample_ws_init(&ws, nl, NULL), DRAMA_OK);
+    for (uint64_t k = 0; k < 3; k++) {
+        int32_t fr[16];
+        dr_gen_finish fin;
+        assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+        if (fin != DR_FINISH_NONE) break;
+        /* frame k of this session is draw f = draw_base + k: semantic slot 0, codebook j slot 1 + j */
+        int t;
+        assert_int_equal(dr_sample_semantic(dr_gen_last_logits(s), nl, &o.sp, 5 + k, NULL, 0, &ws, &t, NULL), DRAMA_OK);
+        assert_int_equal(t, fr[0]);
+        for (int j = 1; j < NC; j++) {
+            int c;
+            assert_int_equal(dr_sample_acoustic(dr_gen_last_head_logits(s) + (j - 1) * HV, HV, &o.sp, 5 + k, j, &ws, &c,
+                                                NULL), DRAMA_OK);
+            assert_int_equal(c, fr[j]);
+        }
+        assert_int_equal(dr_gen_draws(s), k + 1);
+    }
+    dr_sample_ws_free(&ws);
+    dr_gen_session_free(s);
+}
+
+static void test_frame_cap_and_count(void **state) {
+    fixture *f = *state;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    o.sp.temperature = 0; /* the golden greedy run makes 16 frames without the end token */
+    o.sp.frame_cap = 3;
+    run_result r = run(&f->lm1->model, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_int_equal(r.st, DRAMA_EFRAMELIMIT);
+    assert_int_equal(r.n, 3);
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_noref, f->n_noref, NULL, 0, &e), DRAMA_OK);
+    int32_t fr[16];
+    dr_gen_finish fin;
+    for (int k = 0; k < 3; k++) assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_EFRAMELIMIT);
+    assert_non_null(strstr(e.message, "frame limit reached"));
+    dr_error_clear(&e);
+    /* the session is invalid until reset */
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_EINVAL);
+    dr_gen_session_free(s);
+    /* exact count */
+    o.sp.frame_cap = 750;
+    o.frames = 5;
+    r = run(&f->lm1->model, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_int_equal(r.st, DRAMA_OK);
+    assert_int_equal(r.fin, DR_FINISH_FRAMES);
+    assert_int_equal(r.n, 5);
+    /* invalid options are rejected at create, naming the parameter */
+    o.sp.top_p = 0;
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "top_p"));
+}
+
+/* A backbone wrapper that makes the end token win after `after` calls. */
+typedef struct end_wrap {
+    dr_gen_backbone inner;
+    int calls, after;
+} end_wrap;
+
+static drama_status wrap_create(void *impl, void **st, drama_error *err) {
+    end_wrap *w = impl;
+    return w->inner.state_create(w->inner.impl, st, err);
+}
+static void wrap_free(void *impl, void *st) {
+    end_wrap *w = impl;
+    w->inner.state_free(w->inner.impl, st);
+}
+static drama_status wrap_forward(void *impl, void *const *states, int n, const int32_t *const *rows, const int64_t *nr,
+                                 int pre, float *const *hidden, float *const *logits, drama_error *err) {
+    end_wrap *w = impl;
+    drama_status st = w->inner.forward(w->inner.impl, states, n, rows, nr, pre, hidden, logits, err);
+    if (!st && w->calls++ >= w->after)
+        for (int i = 0; i < n; i++)
+            if (logits[i]) logits[i][w->inner.n_candidates - 1] = 1e4f;
+    return st;
+}
+
+static void test_end_token(void **state) {
+    fixture *f = *state;
+    end_wrap w = {f->lm1->model.bb, 0, 4};
+    dr_gen_model m = f->lm1->model;
+    m.bb.impl = &w;
+    m.bb.state_create = wrap_create;
+    m.bb.state_free = wrap_free;
+    m.bb.forward = wrap_forward;
+    dr_gen_options o;
+    sampled_options(&o, 5, 0);
+    o.allow_empty = 0;
+    run_result r = run(&m, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_int_equal(r.st, DRAMA_OK);
+    assert_int_equal(r.fin, DR_FINISH_END_TOKEN);
+    assert_int_equal(r.n, 4); /* prefill + 3 steps are normal; the 4th step's logits end it */
+    w.calls = 0;
+    w.after = 0;
+    r = run(&m, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_int_equal(r.st, DRAMA_EEMPTY);
+    w.calls = 0;
+    o.allow_empty = 1;
+    r = run(&m, &o, f->rows_noref, f->n_noref, NULL, 0);
+    assert_int_equal(r.st, DRAMA_OK);
+    assert_int_equal(r.fin, DR_FINISH_END_TOKEN);
+    assert_int_equal(r.n, 0);
+}
+
+static int cancel_at_3(void *ctx, int64_t index, const int32_t *frame) {
+    (void)frame;
+    (void)ctx;
+    return index == 2;
+}
+
+static void test_cancel_then_fresh_run(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    sampled_options(&o, 77, 8);
+    run_result ref = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    dr_gen_finish fin;
+    assert_int_equal(dr_gen_run(s, cancel_at_3, NULL, &fin, &e), DRAMA_ECANCELLED);
+    assert_int_equal(dr_gen_frames(s), 3);
+    dr_error_clear(&e);
+    int32_t fr[16];
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_EINVAL); /* invalid until reset */
+    assert_non_null(strstr(e.message, "reset"));
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_EINVAL);
+    assert_int_equal(dr_gen_reset(s, NULL), DRAMA_OK);
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    run_result again;
+    memset(&again, 0, sizeof again);
+    while (again.n < 64) {
+        again.st = dr_gen_next(s, again.codes + again.n * NC, &again.fin, &e);
+        if (again.st || again.fin != DR_FINISH_NONE) break;
+        again.n++;
+    }
+    assert_same(&ref, &again, NC, "cancelled then fresh run vs uncancelled");
+    /* dr_gen_cancel from outside, between frames */
+    assert_int_equal(dr_gen_reset(s, NULL), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    dr_gen_cancel(s);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_ECANCELLED);
+    dr_gen_session_free(s);
+}
+
+/* Extending a state: prefill rows 0..k-1, then rows k..L-1, equals prefilling all at once. */
+static void test_extend_equals_whole(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    sampled_options(&o, 4242, 6);
+    run_result whole = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    int64_t k = f->n_ref / 2;
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, k, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
+    run_result part;
+    memset(&part, 0, sizeof part);
+    while (part.n < 64) {
+        part.st = dr_gen_next(s, part.codes + part.n * NC, &part.fin, &e);
+        if (part.st || part.fin != DR_FINISH_NONE) break;
+        part.n++;
+    }
+    assert_same(&whole, &part, NC, "prefill in two parts vs whole");
+    dr_gen_session_free(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_noref),
+        cmocka_unit_test(test_golden_ref12),
+        cmocka_unit_test(test_seed_threads_batch),
+        cmocka_unit_test(test_guidance),
+        cmocka_unit_test(test_draw_index),
+        cmocka_unit_test(test_frame_cap_and_count),
+        cmocka_unit_test(test_end_token),
+        cmocka_unit_test(test_cancel_then_fresh_run),
+        cmocka_unit_test(test_extend_equals_whole),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
