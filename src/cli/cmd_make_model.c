@@ -24,7 +24,9 @@ static void usage(FILE *f) {
             "  --kv-heads --head-dim --partial-rotary --linear-key-heads --linear-key-dim\n"
             "  --linear-value-heads --linear-value-dim --conv-kernel --num-experts --top-k --moe-inter\n"
             "  --shared-inter --vocab --tower-dim --tower-heads --tower-kv-heads --tower-head-dim\n"
-            "  --tower-inter --tower-shared-layers --codebooks --code-vocab --head-rows --speakers\n");
+            "  --tower-inter --tower-shared-layers --codebooks --code-vocab --head-rows --speakers\n"
+            "Test hooks (broken checkpoints for inspect tests): --test-omit NAME, --test-misshape NAME\n"
+            "  (one more row), --test-extra NAME (an extra BF16 [4] tensor)\n");
 }
 
 typedef struct dim_flag {
@@ -121,6 +123,12 @@ int cmd_make_model(int argc, char **argv) {
         } else if (!strcmp(a, "--shards")) {
             if (!parse_i64(a, v, 1, 99999, &n)) return DR_EXIT_USAGE;
             o.shards = (int)n;
+        } else if (!strcmp(a, "--test-omit")) {
+            o.test_omit = v;
+        } else if (!strcmp(a, "--test-misshape")) {
+            o.test_misshape = v;
+        } else if (!strcmp(a, "--test-extra")) {
+            o.test_extra = v;
         } else if (!strcmp(a, "--codec")) {
             codec = v;
         } else if (!strcmp(a, "--partial-rotary")) {

@@ -219,6 +219,7 @@ static void print_layers(const dr_backbone *bb, FILE *out) {
  * tower tensors from being reported as unexpected (they were not checked). */
 static void tower_failure(dr_loader *ld, const char *msg) {
     char name[256] = "tower";
+    const char *detail = msg;
     const char *p = strstr(msg, "tower tensor ");
     if (p) {
         p += strlen("tower tensor ");
@@ -226,9 +227,11 @@ static void tower_failure(dr_loader *ld, const char *msg) {
         if (n >= sizeof name) n = sizeof name - 1;
         memcpy(name, p, n);
         name[n] = 0;
+        detail = p[n] == ':' ? p + n + 1 + (p[n + 1] == ' ') : p + n;
     }
-    dr_finding_kind k = strstr(msg, ": missing") ? DR_FIND_MISSING : DR_FIND_MISSHAPED;
-    dr_findings_add(dr_loader_findings(ld), k, name, "%s", msg);
+    int missing = !strcmp(detail, "missing");
+    dr_findings_add(dr_loader_findings(ld), missing ? DR_FIND_MISSING : DR_FIND_MISSHAPED, name, "%s",
+                    missing ? "" : detail);
     for (int64_t i = 0; i < dr_loader_count(ld); i++) {
         const char *n = dr_loader_name_at(ld, i);
         if (!strncmp(n, "audio_decoder_mtp", 17) && !dr_loader_taken_at(ld, i)) dr_loader_take(ld, n);

@@ -224,6 +224,36 @@ static void build_list(const dr_mm_options *o, int64_t vocab, mm_list *l, int **
     }
 }
 
+/* Broken-checkpoint hooks (dr_mm_options.test_*): only dense tensors can be mis-shaped. */
+static mm_t *find_tensor(mm_list *l, const char *name) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->t[i].name, name)) return &l->t[i];
+    return NULL;
+}
+
+static drama_status apply_test_hooks(const dr_mm_options *o, mm_list *l, drama_error *err) {
+    if (o->test_omit) {
+        mm_t *t = find_tensor(l, o->test_omit);
+        if (!t) return dr_fail(err, DRAMA_EINVAL, "--test-omit: no tensor named %s", o->test_omit);
+        free(t->name);
+        memmove(t, t + 1, (size_t)(l->t + l->n - (t + 1)) * sizeof *t);
+        l->n--;
+    }
+    if (o->test_misshape) {
+        mm_t *t = find_tensor(l, o->test_misshape);
+        if (!t || t->part != PART_DENSE || t->ndim < 1)
+            return dr_fail(err, DRAMA_EINVAL, "--test-misshape: no dense tensor named %s", o->test_misshape);
+        t->bytes = t->bytes / (uint64_t)t->shape[0] * (uint64_t)(t->shape[0] + 1);
+        t->shape[0] += 1;
+    }
+    if (o->test_extra) {
+        if (find_tensor(l, o->test_extra)) return dr_fail(err, DRAMA_EINVAL, "--test-extra: %s exists", o->test_extra);
+        add(l, DR_DT_BF16, INIT_ZNORM, 0, 1, 4, 0, 0, "%s", o->test_extra);
+        if (l->failed) return dr_fail(err, DRAMA_ENOMEM, "make-model: out of memory");
+    }
+    return DRAMA_OK;
+}
+
 /* ---- values ---- */
 
 static float init_value(init_kind k, double amp, double u) {
@@ -406,6 +436,7 @@ drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t v
         st = dr_fail(err, DRAMA_ENOMEM, "make-model: out of memory for the tensor list");
         goto done;
     }
+    if ((st = apply_test_hooks(o, &l, err))) goto done;
     int shards = o->shards;
     int n_expert_tensors = 0;
     for (int i = 0; i < l.n; i++) n_expert_tensors += l.t[i].layer >= 0;
