@@ -1,0 +1,118 @@
+/* codec.h - the ModifiedDAC audio codec (../shared/spec/CODEC.md): configuration (codec.json),
+ * loading (codec.pth or codec.safetensors), the expected tensor inventory, a streaming decoder
+ * (codes -> 44.1 kHz samples, bit-identical for any chunking) and the encoder (samples -> codes).
+ *
+ * Codes are int32, frame-major: codes[f * num_codebooks + k] (k = 0 semantic, 1.. residual), the
+ * layout of CODES.json. Everything runs in fp32 on the CPU; threads come from a dr_pool given to
+ * dr_codec_set_pool (NULL = inline); results do not depend on the thread count. */
+#ifndef DRAMA_CODEC_CODEC_H
+#define DRAMA_CODEC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/pool.h"
+#include "base/tensor.h"
+
+#define DR_CODEC_MAX_RATES 8
+#define DR_CODEC_MAX_BOOKS 32
+
+/* One windowed causal transformer (CODEC.md 3.7). */
+typedef struct dr_codec_tf_config {
+    int n_layer, dim, intermediate_size; /* shape-derived */
+    int n_head, n_local_heads, head_dim;
+    int window_size;
+    double rope_base, norm_eps;
+    int layer_scale;                     /* must be 1 */
+    int rope_bf16;                       /* rope_cos_sin_dtype "bfloat16" (1) or "float32" (0) */
+} dr_codec_tf_config;
+
+typedef struct dr_codec_config {
+    int sample_rate, causal;
+    int encoder_dim, latent_dim, decoder_dim;           /* shape-derived */
+    int n_encoder_rates, encoder_rates[DR_CODEC_MAX_RATES];
+    int n_decoder_rates, decoder_rates[DR_CODEC_MAX_RATES];
+    int hop_length, frame_length;
+    int ru_kernel, n_dilations, dilations[DR_CODEC_MAX_RATES];
+    double snake_eps;
+    dr_codec_tf_config enc_tf;                          /* at "encoder.block.<enc_tf_block>.block.5" */
+    int enc_tf_block;                                   /* must be the last block (n_encoder_rates) */
+    int q_input_dim;                                    /* shape-derived */
+    int n_down, down_factor[DR_CODEC_MAX_RATES], down_kernel;
+    int cnx_kernel, cnx_mlp_ratio;
+    double cnx_ln_eps;
+    int semantic_codebook_size, n_codebooks, codebook_size, codebook_dim; /* shape-derived */
+    dr_codec_tf_config pre, post;
+    int num_codebooks;                                  /* 1 + n_codebooks */
+    int upper_clamp[DR_CODEC_MAX_BOOKS];
+    /* Which shape-derived values codec.json stated (they must then agree with the tensors);
+     * internal bookkeeping, ignored by dr_codec_config_equal. */
+    uint64_t stated;
+} dr_codec_config;
+
+/* The built-in defaults: the real codec (equal to golden codec/codec-real.json). */
+void dr_codec_config_default(dr_codec_config *c);
+/* Apply a codec.json (CODEC.md 9) on top of *c: unknown keys, wrong types and unsupported values
+ * are errors naming the JSON path. */
+drama_status dr_codec_config_parse(const char *json_text, size_t len, const char *label, dr_codec_config *c,
+                                   drama_error *err);
+drama_status dr_codec_config_read(const char *path, dr_codec_config *c, drama_error *err);
+/* Internal consistency (hop = product of rates, frame = hop * product of factors, ...). */
+drama_status dr_codec_config_validate(const dr_codec_config *c, drama_error *err);
+int dr_codec_config_equal(const dr_codec_config *a, const dr_codec_config *b);
+
+/* The tensors a codec of this configuration has, in the canonical stored spelling (convs with
+ * parametrizations.weight.original0/1, VQ projections with weight_g/weight_v, CODEC.md 4).
+ * cb is called once per tensor (all F32). */
+typedef void (*dr_codec_tensor_cb)(void *ctx, const char *name, int ndim, const int64_t *shape);
+drama_status dr_codec_expected(const dr_codec_config *c, dr_codec_tensor_cb cb, void *ctx, drama_error *err);
+
+typedef struct dr_codec dr_codec;
+
+enum { DR_CODEC_LOAD_DECODER = 1, DR_CODEC_LOAD_ENCODER = 2, DR_CODEC_LOAD_ALL = 3 };
+
+/* Load from a directory: codec.pth (preferred) or codec.safetensors, plus codec.json if present. */
+drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, drama_error *err);
+/* Load from named tensors (any source; names as stored, "generator." stripped, stale buffers
+ * ignored). cfg: defaults + codec.json; shape-derived values are filled from the tensors.
+ * Every missing, unexpected, mis-shaped or incomplete tensor is named in the error (up to a
+ * message's length). Weight norm is folded here; the tensors need not outlive the codec. */
+drama_status dr_codec_load(const dr_tensor *tensors, int64_t n, const dr_codec_config *cfg, unsigned parts,
+                           const char *label, dr_codec **out, drama_error *err);
+void dr_codec_free(dr_codec *c);
+const dr_codec_config *dr_codec_cfg(const dr_codec *c);
+void dr_codec_set_pool(dr_codec *c, dr_pool *pool);
+
+/* Range check for codes that come from outside (files, voices, requests): every code in
+ * 0 .. codebook size - 1, else DRAMA_EINVAL naming frame and codebook (CODEC.md 2). */
+drama_status dr_codec_check_codes(const dr_codec_config *c, const int32_t *codes, int64_t n_frames,
+                                  const char *label, drama_error *err);
+
+/* Diagnostic taps: called with named intermediates ("z_q", "z_post", "z_up"; encode: "z_enc",
+ * "z_down", "z_pre"), [channels][time] of this call's time steps only. */
+typedef void (*dr_codec_tap_fn)(void *ctx, const char *name, const float *x, int channels, int64_t steps);
+
+/* ---- streaming decoder (CODEC.md 6) ---- */
+typedef struct dr_codec_stream dr_codec_stream;
+drama_status dr_codec_stream_create(const dr_codec *c, dr_codec_stream **out, drama_error *err);
+void dr_codec_stream_free(dr_codec_stream *s);
+void dr_codec_stream_reset(dr_codec_stream *s);
+void dr_codec_stream_set_tap(dr_codec_stream *s, dr_codec_tap_fn fn, void *ctx);
+/* Decode n_frames frames (negative code: error; above the clamp: clamped) into
+ * out[n_frames * frame_length]. Any chunking of a stream gives bit-identical samples. */
+drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int64_t n_frames, float *out,
+                                  drama_error *err);
+int64_t dr_codec_stream_frames(const dr_codec_stream *s); /* frames fed so far */
+
+/* Whole decode: a fresh stream fed everything. */
+drama_status dr_codec_decode(const dr_codec *c, const int32_t *codes, int64_t n_frames, float *out,
+                             drama_error *err);
+
+/* ---- encoder ---- */
+/* Mono 44.1 kHz samples -> ceil(n / frame_length) frames (the last one zero-padded) into a
+ * malloc'd array *codes (free()); taps as above (may be NULL). */
+drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n, int32_t **codes,
+                             int64_t *n_frames, dr_codec_tap_fn tap, void *tap_ctx, drama_error *err);
+
+#endif

@@ -1,0 +1,188 @@
+/* encode.c - samples -> codes (CODEC.md 2, 3.8) and loading a codec directory.
+ * The encoder is causal, so it runs as a stream over chunks of whole frames (bounded memory);
+ * only the zero padding of the last frame depends on the clip's end. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "codec/internal.h"
+#include "io/safetensors.h"
+#include "io/torchzip.h"
+
+#define ENC_CHUNK 32 /* frames per encoder call */
+
+typedef struct act {
+    float *x;
+    int64_t ch, len;
+} act;
+
+static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *pool, drama_error *err) {
+    int64_t len = cd_conv_out_len(cv, a->len);
+    size_t bytes;
+    float *y = NULL;
+    if (!dr_mul_size((size_t)cv->cout * (size_t)len, sizeof(float), &bytes) || !(y = dr_alloc(bytes ? bytes : 4)))
+        return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder activations)");
+    drama_status rc = cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, y, pool, err);
+    dr_free(a->x);
+    a->x = y, a->ch = cv->cout, a->len = len;
+    return rc;
+}
+
+/* residual vector quantisation of z [Q][T] -> codes[t * K + k] */
+static drama_status quantize(const dr_codec *c, float *z, int64_t T, int32_t *codes, drama_error *err) {
+    const dr_codec_config *cf = &c->cfg;
+    int Q = cf->q_input_dim, K = cf->num_codebooks, dim = cf->codebook_dim;
+    float *e = dr_alloc((size_t)dim * T * sizeof(float) + 4);
+    if (!e) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (quantizer)");
+    for (int k = 0; k < K; k++) {
+        const cd_vq *q = &c->vq[k];
+        drama_status rc = cd_conv_run(&q->in_proj, NULL, z, T, e, c->pool, err);
+        if (rc) {
+            dr_free(e);
+            return rc;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            float eh[64], ss = 0.0f, ee = 0.0f;
+            for (int d = 0; d < dim; d++) ss += e[(int64_t)d * T + t] * e[(int64_t)d * T + t];
+            float nrm = sqrtf(ss), den = nrm > 1e-12f ? nrm : 1e-12f;
+            for (int d = 0; d < dim; d++) eh[d] = e[(int64_t)d * T + t] / den, ee += eh[d] * eh[d];
+            int best = 0;
+            float best_d = INFINITY;
+            for (int j = 0; j < q->n; j++) {
+                const float *h = q->cb_hat + (int64_t)j * dim;
+                float dot = 0.0f;
+                for (int d = 0; d < dim; d++) dot += eh[d] * h[d];
+                float dist = ee - 2.0f * dot + q->cb_hat_sq[j];
+                if (dist < best_d) best_d = dist, best = j; /* ties: lowest index */
+            }
+            codes[t * K + k] = best;
+            const float *row = q->table + (int64_t)best * Q; /* out_proj of the raw codebook row */
+            for (int o = 0; o < Q; o++) z[(int64_t)o * T + t] -= row[o];
+        }
+    }
+    dr_free(e);
+    return DRAMA_OK;
+}
+
+static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int32_t *codes,
+                                 dr_codec_tap_fn tap, void *tap_ctx, drama_error *err) {
+    const dr_codec_config *cf = &c->cfg;
+    dr_pool *pool = c->pool;
+    float **hist = st->conv;
+    act a = {dr_alloc((size_t)L * sizeof(float)), 1, L};
+    if (!a.x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
+    memcpy(a.x, pcm, (size_t)L * sizeof(float));
+    drama_status rc = conv_step(&c->enc_in, hist, &a, pool, err);
+    for (int b = 0; !rc && b < cf->n_encoder_rates; b++) {
+        const cd_enc_block *eb = &c->enc[b];
+        for (int r = 0; !rc && r < cf->n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a.x, a.len, pool, err);
+        if (rc) break;
+        cd_snake_run(&eb->snake, a.x, a.len, pool);
+        if ((rc = conv_step(&eb->down, hist, &a, pool, err))) break;
+        if (eb->has_tf) {
+            float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
+            if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder transformer)");
+            else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a.x, a.len, y, pool, err);
+            dr_free(a.x);
+            a.x = y;
+        }
+    }
+    if (!rc) {
+        cd_snake_run(&c->enc_snake, a.x, a.len, pool);
+        rc = conv_step(&c->enc_out, hist, &a, pool, err);
+    }
+    if (!rc && tap) tap(tap_ctx, "z_enc", a.x, (int)a.ch, a.len);
+    for (int i = 0; !rc && i < cf->n_down; i++) {
+        if ((rc = conv_step(&c->down[i], hist, &a, pool, err))) break;
+        rc = cd_convnext_run(&c->down_cnx[i], hist, a.x, a.len, pool, err);
+    }
+    if (!rc && tap) tap(tap_ctx, "z_down", a.x, (int)a.ch, a.len);
+    if (!rc && cf->pre.n_layer > 0) {
+        float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
+        if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (pre_module)");
+        else rc = cd_tf_run(&c->pre, &st->kv[c->pre.state], a.x, a.len, y, pool, err);
+        dr_free(a.x);
+        a.x = y;
+    }
+    if (!rc && tap) tap(tap_ctx, "z_pre", a.x, (int)a.ch, a.len);
+    if (!rc) rc = quantize(c, a.x, a.len, codes, err);
+    dr_free(a.x);
+    return rc;
+}
+
+drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n, int32_t **codes_out, int64_t *n_frames,
+                             dr_codec_tap_fn tap, void *tap_ctx, drama_error *err) {
+    *codes_out = NULL;
+    *n_frames = 0;
+    const dr_codec_config *cf = &c->cfg;
+    if (!(c->parts & DR_CODEC_LOAD_ENCODER)) return dr_fail(err, DRAMA_EINVAL, "codec: loaded without the encoder");
+    if (n <= 0) return dr_fail(err, DRAMA_EEMPTY, "codec encode: no samples");
+    if (cf->codebook_dim > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "codec encode: codebook_dim above 64");
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(samples[i])) return dr_fail(err, DRAMA_ENUMERIC, "codec encode: sample %lld is not finite", (long long)i);
+    int64_t FL = cf->frame_length, T = (n + FL - 1) / FL, K = cf->num_codebooks;
+    int32_t *codes = malloc((size_t)(T * K) * sizeof(int32_t));
+    float *buf = dr_alloc((size_t)ENC_CHUNK * FL * sizeof(float));
+    cd_state st;
+    drama_status rc = (!codes || !buf) ? dr_fail(err, DRAMA_ENOMEM, "codec encode: out of memory") : DRAMA_OK;
+    if (!rc) rc = cd_state_init(c, 1, &st, err);
+    else memset(&st, 0, sizeof st);
+    for (int64_t f0 = 0; !rc && f0 < T; f0 += ENC_CHUNK) {
+        int64_t nf = T - f0 < ENC_CHUNK ? T - f0 : ENC_CHUNK, s0 = f0 * FL, have = n - s0 < nf * FL ? n - s0 : nf * FL;
+        memcpy(buf, samples + s0, (size_t)have * sizeof(float));
+        memset(buf + have, 0, (size_t)(nf * FL - have) * sizeof(float)); /* zero-pad the last frame */
+        rc = encode_chunk(c, &st, buf, nf * FL, codes + f0 * K, tap, tap_ctx, err);
+    }
+    cd_state_free(&st);
+    dr_free(buf);
+    if (rc) {
+        free(codes);
+        return rc;
+    }
+    *codes_out = codes;
+    *n_frames = T;
+    return DRAMA_OK;
+}
+
+/* ---- a codec directory: codec.pth or codec.safetensors, plus codec.json ---- */
+drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, drama_error *err) {
+    *out = NULL;
+    char pth[4096], st[4096], js[4096];
+    struct stat sb;
+    snprintf(pth, sizeof pth, "%s/codec.pth", dir);
+    snprintf(st, sizeof st, "%s/codec.safetensors", dir);
+    snprintf(js, sizeof js, "%s/codec.json", dir);
+    dr_codec_config cfg;
+    dr_codec_config_default(&cfg);
+    drama_status rc;
+    if (stat(js, &sb) == 0 && (rc = dr_codec_config_read(js, &cfg, err))) return rc;
+    dr_tensor *tensors = NULL;
+    int64_t n = 0;
+    dr_pth *p = NULL;
+    dr_st_file *sf = NULL;
+    const char *label;
+    if (stat(pth, &sb) == 0) {
+        if ((rc = dr_pth_open(pth, &p, err))) return rc;
+        n = dr_pth_count(p);
+        label = pth;
+    } else if (stat(st, &sb) == 0) {
+        if ((rc = dr_st_open(st, &sf, err))) return rc;
+        n = dr_st_count(sf);
+        label = st;
+    } else {
+        return dr_fail(err, DRAMA_EIO, "%s: neither codec.pth nor codec.safetensors found", dir);
+    }
+    tensors = malloc((size_t)(n ? n : 1) * sizeof *tensors);
+    if (!tensors) rc = dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    else {
+        for (int64_t i = 0; i < n; i++) tensors[i] = p ? *dr_pth_at(p, i) : *dr_st_at(sf, i);
+        rc = dr_codec_load(tensors, n, &cfg, parts, label, out, err);
+    }
+    free(tensors);
+    dr_pth_close(p);
+    dr_st_close(sf);
+    return rc;
+}

@@ -1,0 +1,151 @@
+/* internal.h - codec internals shared by its .c files (not a public header).
+ * Activations are [channels][time] row-major fp32. Every stateful layer (a conv with history,
+ * a transformer with its KV window) has an index into the state table of its path (decode or
+ * encode), so one set of weights serves many streams. */
+#ifndef DRAMA_CODEC_INTERNAL_H
+#define DRAMA_CODEC_INTERNAL_H
+
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "codec/codec.h"
+
+/* bits of dr_codec_config.stated: shape-derived keys that codec.json gave */
+enum {
+    DR_CS_ENCODER_DIM = 1 << 0,
+    DR_CS_LATENT_DIM = 1 << 1,
+    DR_CS_DECODER_DIM = 1 << 2,
+    DR_CS_Q_INPUT_DIM = 1 << 3,
+    DR_CS_SEM_SIZE = 1 << 4,
+    DR_CS_N_CODEBOOKS = 1 << 5,
+    DR_CS_CB_SIZE = 1 << 6,
+    DR_CS_CB_DIM = 1 << 7,
+    DR_CS_CLAMP = 1 << 8,
+    DR_CS_NUM_BOOKS = 1 << 9
+};
+#define DR_CS_ENC_TF_SHIFT 10 /* n_layer, dim, intermediate_size: 3 bits each */
+#define DR_CS_PRE_SHIFT 13
+#define DR_CS_POST_SHIFT 16
+#define DR_CS_CLAMP_N_SHIFT 24
+#define DR_CS_CLAMP_N_MASK (0xffull << DR_CS_CLAMP_N_SHIFT)
+
+typedef struct cd_conv {
+    int cin, cout, k, dil, stride, groups, transposed;
+    float *w;   /* normal: [cout][cin/groups][k]; transposed: [cout][k][cin] (re-laid at load) */
+    float *b;   /* [cout] */
+    int hist;   /* history columns carried between calls (0: stateless) */
+    int state;  /* index in the path's state table, -1 when hist == 0 */
+} cd_conv;
+
+typedef struct cd_snake {
+    int c;
+    float *inv;   /* 1 / (alpha + eps), precomputed in fp32 as the reference does */
+    float *alpha;
+} cd_snake;
+
+typedef struct cd_ru {
+    cd_snake s1, s2;
+    cd_conv c1, c2;
+} cd_ru;
+
+typedef struct cd_convnext {
+    cd_conv dw, pw1, pw2; /* pw as 1x1 convs */
+    float *ln_w, *ln_b, *gamma;
+    double ln_eps;
+} cd_convnext;
+
+typedef struct cd_tlayer {
+    cd_conv wqkv, wo, w1, w2, w3; /* 1x1 convs without bias */
+    float *attn_norm, *ffn_norm, *g_attn, *g_ffn;
+} cd_tlayer;
+
+typedef struct cd_tf {
+    dr_codec_tf_config cfg;
+    cd_tlayer *layers;
+    float *norm;
+    int state; /* index of its KV window in the path's transformer-state table */
+} cd_tf;
+
+typedef struct cd_vq {
+    int n, dim, cin;
+    cd_conv in_proj, out_proj;
+    float *codebook;  /* [n][dim] raw rows */
+    float *cb_hat;    /* [n][dim] L2-normalised rows (encode) */
+    float *cb_hat_sq; /* [n] squared norms of cb_hat (encode) */
+    float *table;     /* [n][cin] out_proj(codebook row) incl. bias (decode) */
+} cd_vq;
+
+#define CD_MAX_RU 8
+typedef struct cd_enc_block {
+    cd_ru ru[CD_MAX_RU];
+    cd_snake snake;
+    cd_conv down;
+    int has_tf;
+    cd_tf tf;
+} cd_enc_block;
+
+typedef struct cd_dec_block {
+    cd_snake snake;
+    cd_conv up;
+    cd_ru ru[CD_MAX_RU];
+} cd_dec_block;
+
+struct dr_codec {
+    dr_codec_config cfg;
+    unsigned parts;
+    dr_pool *pool;
+    /* encoder */
+    cd_conv enc_in, enc_out;
+    cd_enc_block enc[DR_CODEC_MAX_RATES];
+    cd_snake enc_snake;
+    /* quantizer */
+    cd_conv down[DR_CODEC_MAX_RATES], up[DR_CODEC_MAX_RATES];
+    cd_convnext down_cnx[DR_CODEC_MAX_RATES], up_cnx[DR_CODEC_MAX_RATES];
+    cd_tf pre, post;
+    cd_vq vq[DR_CODEC_MAX_BOOKS]; /* 0: semantic, 1..n_codebooks: residual */
+    /* decoder */
+    cd_conv dec_in, dec_out;
+    cd_dec_block dec[DR_CODEC_MAX_RATES];
+    cd_snake dec_snake;
+    /* state tables: [0] decode path, [1] encode path */
+    int n_conv_states[2], n_tf_states[2];
+    int *conv_state_size[2]; /* floats: cin * hist */
+    cd_tf **tf_of_state[2];
+    /* every buffer the codec owns */
+    void **owned;
+    int64_t n_owned, cap_owned;
+};
+
+/* Per-stream state of one path. */
+typedef struct cd_kv {
+    float *k, *v;    /* [n_layer][W-1][dim] after RoPE */
+    int64_t n;       /* cached positions (<= W-1) */
+    int64_t pos;     /* absolute position of the next input */
+} cd_kv;
+
+typedef struct cd_state {
+    float **conv;    /* [n_conv_states] */
+    cd_kv *kv;       /* [n_tf_states] */
+    int n_conv, n_tf;
+} cd_state;
+
+drama_status cd_state_init(const dr_codec *c, int path, cd_state *s, drama_error *err);
+void cd_state_reset(cd_state *s, const dr_codec *c, int path);
+void cd_state_free(cd_state *s);
+
+/* ---- ops (ops.c) ---- all return DRAMA_ENOMEM on allocation failure */
+/* x [cin][L] -> y [cout][L_out]; L must be a multiple of stride for strided convs. */
+drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
+                         drama_error *err);
+int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
+void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
+/* y = x + ru(x), in place on x [c][L] */
+drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
+drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
+/* transformer (transformer.c): x [dim][L] -> y [dim][L] */
+drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,
+                       drama_error *err);
+
+static inline float *cd_hist(float **tab, const cd_conv *cv) { return cv->state >= 0 ? tab[cv->state] : 0; }
+
+#endif
