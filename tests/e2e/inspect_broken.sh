@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# drama inspect on broken checkpoints: a missing tensor, a mis-shaped tensor, an extra tensor, a
+# quantised weight without its scale, a missing tower tensor (generated with make-model's test
+# hooks, at a non-square shape), and a golden copy whose config disagrees with its tokenizer.
+# Each must give its specific finding line; fatal ones a non-zero exit.
+set -u
+[ -n "${DRAMA_BIN:-}" ] && [ -x "$DRAMA_BIN" ] || { echo "DRAMA_BIN not set"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+P=model.language_model.layers
+DIMS="--shape custom --hidden 96 --layers 4 --num-experts 8 --top-k 2 --moe-inter 32 --shared-inter 48 --head-dim 32 --seed 11"
+
+make() { # dir extra-args...
+    local d=$1
+    shift
+    "$DRAMA_BIN" make-model "$T/$d" $DIMS "$@" > "$T/$d.make" 2>&1 || { bad "make-model $d: $(cat "$T/$d.make")"; return 1; }
+}
+expect() { # dir want-exit line [inspect args...]
+    local d=$1 want=$2 line=$3
+    shift 3
+    "$DRAMA_BIN" inspect "$T/$d" "$@" > "$T/$d.out" 2> "$T/$d.err"
+    local rc=$?
+    if [ "$want" = 0 ] && [ $rc -ne 0 ]; then bad "$d: exit $rc, expected 0"; fi
+    if [ "$want" != 0 ] && [ $rc -eq 0 ]; then bad "$d: exit 0, expected non-zero"; fi
+    grep -qxF -- "$line" "$T/$d.out" || { bad "$d: no line '$line'"; sed -n '/^## findings/,$p' "$T/$d.out" | head -20; }
+    echo "$d: exit $rc, found: $line"
+}
+
+make base && expect base 0 "(tensors: 0 missing, 0 mis-shaped, 0 unsupported, 0 incomplete, 0 unexpected, 0 ignored)"
+
+make missing --test-omit $P.1.mlp.gate.weight &&
+    expect missing 1 "missing: $P.1.mlp.gate.weight"
+
+make misshaped --test-misshape $P.3.self_attn.k_proj.weight &&
+    expect misshaped 1 "mis-shaped: $P.3.self_attn.k_proj.weight: expected [64, 96], found [65, 96] (dense)"
+
+make extra --test-extra $P.0.mlp.extra.weight &&
+    expect extra 0 "unexpected: $P.0.mlp.extra.weight: BF16 [4], not used" &&
+    expect extra 1 "unexpected: $P.0.mlp.extra.weight: BF16 [4], not used" --set loader.strict=true
+
+make noscale --experts fp8 --test-omit $P.2.mlp.experts.3.up_proj.weight_scale_inv &&
+    expect noscale 1 "incomplete: $P.2.mlp.experts.3.up_proj.weight: F8_E4M3 weight without $P.2.mlp.experts.3.up_proj.weight_scale_inv or $P.2.mlp.experts.3.up_proj.weight_scale"
+
+make notower --test-omit audio_decoder_mtp.layers.2.enorm.weight &&
+    expect notower 1 "missing: audio_decoder_mtp.layers.2.enorm.weight"
+
+make badtower --test-misshape audio_decoder_mtp_shared.layers.1.attention.wo.weight &&
+    expect badtower 1 "mis-shaped: audio_decoder_mtp_shared.layers.1.attention.wo.weight: expected [64, 128], found [65, 128]"
+
+# the tensor counts line must show the one finding of each fatal case
+grep -qxF "(tensors: 1 missing, 0 mis-shaped, 0 unsupported, 0 incomplete, 0 unexpected, 0 ignored)" "$T/missing.out" ||
+    bad "missing: counts line"
+grep -q '^NOT LOADABLE: ' "$T/misshaped.out" || bad "misshaped: verdict"
+
+# a switch from the command line is reported with its source
+"$DRAMA_BIN" inspect "$T/base" --set tower.norm_offset=1.0 > "$T/set.out" 2>&1
+grep -qxF "| tower.norm_offset | 1.0 | --set |" "$T/set.out" || bad "--set source not reported"
+"$DRAMA_BIN" inspect "$T/base" --set no.such.switch=1 > "$T/unk.out" 2>&1 && bad "unknown switch accepted"
+
+# a golden copy whose config.json disagrees with tokenizer.json
+G=${DRAMA_GOLDEN:-}
+if [ -f "$G/tiny-drama3/config.json" ]; then
+    mkdir -p "$T/cfgbad"
+    for f in "$G"/tiny-drama3/*; do ln -s "$(realpath "$f")" "$T/cfgbad/$(basename "$f")"; done
+    rm "$T/cfgbad/config.json"
+    sed 's/"semantic_start_token_id": 2012/"semantic_start_token_id": 2013/' "$G/tiny-drama3/config.json" > "$T/cfgbad/config.json"
+    expect cfgbad 1 "error: config.json semantic_start_token_id 2013 but tokenizer.json <|semantic:0|> is 2012"
+fi
+[ $fail -eq 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
