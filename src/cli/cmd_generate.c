@@ -1,11 +1,248 @@
-/* cmd_generate.c - `drama generate`. PLACEHOLDER until its issue lands: fails loudly. */
+/* cmd_generate.c - `drama generate`: prefill ROWS.json and generate frames into CODES.json, the
+ * bring-up and test entry point of the frame loop (docs/generation.md).
+ *
+ *   drama generate --model DIR --rows ROWS.json [--frames N] --codes-out CODES.json
+ *       [--seed S] [--temperature T] [--top-p P] [--semantic-top-k K] [--acoustic-top-k K]
+ *       [--ras-window W] [--ras-temperature T] [--ras-top-p P] [--frame-cap N]
+ *       [--cfg-gamma G --uncond-rows U.json] [--cfg-mode paired|separate]
+ *       [--threads N] [--set name=value]...
+ *
+ * The first "prefill" rows of ROWS.json are one prefill call; later rows are appended one call
+ * each. --frames N asks for exactly N frames (fewer if the end token comes first); without it
+ * the run ends at the end token or fails at the frame cap. CODES.json is written through a
+ * temporary file and renamed only on success: a failed or interrupted run publishes nothing. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "cli/commands.h"
+#include "gen/frameloop.h"
+#include "gen/session.h"
+#include "io/codes_json.h"
+#include "io/rows_json.h"
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: drama generate --model DIR --rows ROWS.json [--frames N] --codes-out CODES.json [options]\n"
+            "  --frames N            exactly N frames (fewer if the end token comes first); default: until the\n"
+            "                        end token, failing at the frame cap\n"
+            "  --seed S              64-bit seed (negative: two's complement); default: drawn and printed\n"
+            "  --temperature T       0..2, default 1 (0 = argmax for every draw)\n"
+            "  --top-p P             (0, 1], default 0.9\n"
+            "  --semantic-top-k K    0..4097, default 0 (off)\n"
+            "  --acoustic-top-k K    0..1024, default 30\n"
+            "  --ras-window W        0..64, default 10 (0 disables the repetition-aware redraw)\n"
+            "  --ras-temperature T   (0, 2], default 1\n"
+            "  --ras-top-p P         (0, 1], default 0.9\n"
+            "  --frame-cap N         >= 1, default 750 (or N of --frames when larger)\n"
+            "  --cfg-gamma G         0..5, default 0; needs --uncond-rows when the prompt has a reference\n"
+            "  --uncond-rows U.json  the same prompt without the reference (guidance's second state)\n"
+            "  --cfg-mode M          paired (one batched step, default) or separate\n"
+            "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
+            "  --threads N           worker threads (default: all CPUs)\n"
+            "  --set name=value      engine switch override (repeatable)\n"
+            "exit status: 0 ok, 1 error, 2 usage, 3 frame limit reached, 130 interrupted\n");
+}
+
+static int parse_double(const char *flag, const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (!*v || *end || errno) {
+        fprintf(stderr, "drama generate: %s: not a number: '%s'\n", flag, v);
+        return 0;
+    }
+    *out = d;
+    return 1;
+}
+
+static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "drama generate: %s: expected an integer in [%lld, %lld], got '%s'\n", flag, lo, hi, v);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* Any 64-bit integer: negative values keep their two's-complement bits. */
+static int parse_seed(const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (v[0] == '-') {
+        long long x = strtoll(v, &end, 10);
+        if (*end || errno || end == v) goto bad;
+        *out = (uint64_t)x;
+        return 1;
+    }
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || errno || end == v) goto bad;
+    *out = (uint64_t)x;
+    return 1;
+bad:
+    fprintf(stderr, "drama generate: --seed: expected a 64-bit integer, got '%s'\n", v);
+    return 0;
+}
+
+typedef struct collect {
+    int32_t *codes;
+    int64_t n, cap;
+    int nc;
+} collect;
+
+static int on_frame(void *ctx, int64_t index, const int32_t *frame) {
+    collect *c = ctx;
+    (void)index;
+    if (c->n == c->cap) {
+        int64_t cap = c->cap ? c->cap * 2 : 64;
+        int32_t *p = realloc(c->codes, (size_t)cap * c->nc * sizeof(int32_t));
+        if (!p) return 1;
+        c->codes = p;
+        c->cap = cap;
+    }
+    memcpy(c->codes + c->n * c->nc, frame, (size_t)c->nc * sizeof(int32_t));
+    c->n++;
+    return g_interrupted != 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 int cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "drama generate: not implemented yet\n");
-    return DR_EXIT_ERROR;
+    const char *model = NULL, *rows_path = NULL, *uncond_path = NULL, *out_path = NULL;
+    const char *sets[64];
+    int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0;
+    long long frames = 0, lv;
+    double dv;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return DR_EXIT_OK;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "drama generate: %s: missing value (or unknown flag)\n", a);
+            usage(stderr);
+            return DR_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--rows")) rows_path = v;
+        else if (!strcmp(a, "--uncond-rows")) uncond_path = v;
+        else if (!strcmp(a, "--codes-out")) out_path = v;
+        else if (!strcmp(a, "--frames")) { if (!parse_int(a, v, 1, INT32_MAX, &frames)) return DR_EXIT_USAGE; }
+        else if (!strcmp(a, "--seed")) { if (!parse_seed(v, &o.sp.seed)) return DR_EXIT_USAGE; have_seed = 1; }
+        else if (!strcmp(a, "--temperature")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.temperature = (float)dv; }
+        else if (!strcmp(a, "--top-p")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.top_p = (float)dv; }
+        else if (!strcmp(a, "--ras-temperature")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.ras_temperature = (float)dv; }
+        else if (!strcmp(a, "--ras-top-p")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.ras_top_p = (float)dv; }
+        else if (!strcmp(a, "--cfg-gamma")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.cfg_gamma = (float)dv; }
+        else if (!strcmp(a, "--semantic-top-k")) { if (!parse_int(a, v, INT32_MIN, INT32_MAX, &lv)) return DR_EXIT_USAGE; o.sp.semantic_top_k = (int)lv; }
+        else if (!strcmp(a, "--acoustic-top-k")) { if (!parse_int(a, v, INT32_MIN, INT32_MAX, &lv)) return DR_EXIT_USAGE; o.sp.acoustic_top_k = (int)lv; }
+        else if (!strcmp(a, "--ras-window")) { if (!parse_int(a, v, INT32_MIN, INT32_MAX, &lv)) return DR_EXIT_USAGE; o.sp.ras_window = (int)lv; }
+        else if (!strcmp(a, "--frame-cap")) { if (!parse_int(a, v, INT32_MIN, INT32_MAX, &lv)) return DR_EXIT_USAGE; o.sp.frame_cap = (int)lv; have_cap = 1; }
+        else if (!strcmp(a, "--draw-base")) { if (!parse_int(a, v, 0, INT64_MAX / 32, &lv)) return DR_EXIT_USAGE; o.draw_base = (uint64_t)lv; }
+        else if (!strcmp(a, "--threads")) { if (!parse_int(a, v, 1, 1024, &lv)) return DR_EXIT_USAGE; threads = (int)lv; }
+        else if (!strcmp(a, "--cfg-mode")) {
+            if (!strcmp(v, "paired")) o.cfg_mode = DR_CFG_PAIRED;
+            else if (!strcmp(v, "separate")) o.cfg_mode = DR_CFG_SEPARATE;
+            else { fprintf(stderr, "drama generate: --cfg-mode: expected paired or separate, got '%s'\n", v); return DR_EXIT_USAGE; }
+        } else if (!strcmp(a, "--set")) {
+            if (n_sets == 64) { fprintf(stderr, "drama generate: too many --set\n"); return DR_EXIT_USAGE; }
+            sets[n_sets++] = v;
+        } else {
+            fprintf(stderr, "drama generate: unknown flag %s\n", a);
+            usage(stderr);
+            return DR_EXIT_USAGE;
+        }
+    }
+    if (!model || !rows_path || !out_path) {
+        fprintf(stderr, "drama generate: --model, --rows and --codes-out are required\n");
+        usage(stderr);
+        return DR_EXIT_USAGE;
+    }
+    o.frames = (int)frames;
+    if (frames > 0 && !have_cap && frames > o.sp.frame_cap) o.sp.frame_cap = (int)frames;
+    if (!have_seed) {
+        if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
+        fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
+    }
+
+    drama_error err = {0};
+    int rc = DR_EXIT_ERROR;
+    dr_gen_lm *lm = NULL;
+    dr_gen_session *s = NULL;
+    dr_rows rows = {0}, urows = {0};
+    collect col = {0};
+    drama_status st = dr_sampler_params_validate(&o.sp, &err);
+    if (st) {
+        fprintf(stderr, "drama generate: %s\n", err.message);
+        return DR_EXIT_USAGE;
+    }
+    if ((st = dr_gen_lm_open(model, sets, n_sets, threads, NULL, &lm, &err))) goto done;
+    int nc = lm->tower.d.num_codebooks;
+    col.nc = nc;
+    if ((st = dr_rows_read(rows_path, nc + 1, &rows, &err))) goto done;
+    if (uncond_path && (st = dr_rows_read(uncond_path, nc + 1, &urows, &err))) goto done;
+    if (rows.n_rows == 0) {
+        st = dr_fail(&err, DRAMA_EEMPTY, "%s: no rows", rows_path);
+        goto done;
+    }
+    if ((st = dr_gen_session_create(&lm->model, &o, &s, &err))) goto done;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    double t0 = now_s();
+    /* the prefill call, then any later rows one call each (the ROWS.json convention) */
+    int64_t k = rows.prefill > 0 ? rows.prefill : rows.n_rows;
+    const int32_t *ur = urows.n_rows ? urows.data : NULL;
+    if ((st = dr_gen_prefill(s, rows.data, k, ur, urows.n_rows, &err))) goto done;
+    for (int64_t r = k; r < rows.n_rows; r++)
+        if ((st = dr_gen_prefill(s, rows.data + r * (nc + 1), 1, NULL, 0, &err))) goto done;
+    double t1 = now_s();
+    dr_gen_finish fin = DR_FINISH_NONE;
+    st = dr_gen_run(s, on_frame, &col, &fin, &err);
+    double t2 = now_s();
+    if (st) goto done;
+    dr_codes codes = {col.n, nc, col.codes};
+    if ((st = dr_codes_write(out_path, &codes, &err))) goto done;
+    fprintf(stderr, "drama generate: %" PRId64 " frames (%s)%s; prefill %" PRId64 " rows %.3f s, %.2f ms/frame\n",
+            col.n, fin == DR_FINISH_END_TOKEN ? "end token" : "frame count", dr_gen_guided(s) ? ", guided" : "",
+            rows.n_rows, t1 - t0, col.n ? (t2 - t1) * 1e3 / (double)col.n : 0.0);
+    rc = DR_EXIT_OK;
+done:
+    if (st) {
+        fprintf(stderr, "drama generate: %s\n", err.message);
+        rc = st == DRAMA_EFRAMELIMIT ? DR_EXIT_FRAME_LIMIT : st == DRAMA_ECANCELLED ? DR_EXIT_CANCELLED : DR_EXIT_ERROR;
+        if (st == DRAMA_ECANCELLED && g_interrupted) fprintf(stderr, "drama generate: interrupted, nothing written\n");
+    }
+    free(col.codes);
+    dr_rows_free(&rows);
+    dr_rows_free(&urows);
+    dr_gen_session_free(s);
+    dr_gen_lm_close(lm);
+    return rc;
 }
