@@ -1,11 +1,208 @@
-/* cmd_forward.c - `drama forward`. PLACEHOLDER until its issue lands: fails loudly. */
+/* cmd_forward.c - `drama forward --model DIR --rows ROWS.json --dump OUT.safetensors
+ *                 [--threads N] [--set name=value]... [--trace]`
+ *
+ * Runs the backbone alone: the first K rows of ROWS.json ({"rows": [[token, c0..c9], ...],
+ * "prefill": K}) as one prefill call, every later row as one decode step. Dumps, per row,
+ *   hidden  F32 [rows, H]          final-normed hidden
+ *   logits  F32 [rows, n_sem + 1]  restricted logits: semantic 0..n_sem-1, then the end token
+ * and with --trace also embeds F32 [rows, H] and layer_out F32 [layers, rows, H] (residual
+ * stream after each layer). Token ids come from tokenizer.json (MODEL.md 3.4). This interface is
+ * what reference dumps are compared with; keep it stable. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/alloc.h"
+#include "base/pool.h"
 #include "cli/commands.h"
+#include "io/checkpoint.h"
+#include "io/rows_json.h"
+#include "io/safetensors.h"
+#include "model/backbone.h"
+#include "model/loader.h"
+#include "model/state.h"
+#include "text/prompt.h"
+#include "text/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: drama forward --model DIR --rows ROWS.json --dump OUT.safetensors [--threads N]\n"
+               "                     [--set name=value]... [--trace]\n\n"
+               "Runs the backbone over ROWS.json (first \"prefill\" rows in one call, then one decode step\n"
+               "per row) and writes hidden [rows, H] and logits [rows, n_semantic + 1] (end token last).\n"
+               "--trace adds embeds [rows, H] and layer_out [layers, rows, H].\n");
+}
+
+typedef struct fwd {
+    dr_config *cfg;
+    dr_tok *tok;
+    dr_ckpt *ck;
+    dr_loader *ld;
+    dr_backbone bb;
+    int bound;
+} fwd;
+
+static void fwd_close(fwd *f) {
+    if (f->bound) dr_backbone_release(&f->bb);
+    dr_loader_free(f->ld);
+    dr_ckpt_close(f->ck);
+    dr_tok_free(f->tok);
+    dr_config_free(f->cfg);
+}
+
+static drama_status fwd_open(fwd *f, const char *dir, const char *const *sets, int n_sets, drama_error *err) {
+    memset(f, 0, sizeof *f);
+    char path[4096];
+    drama_status st = dr_config_load(dir, sets, n_sets, &f->cfg, err);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if ((st = dr_tok_load(path, &f->tok, err))) return st;
+    if ((st = dr_ckpt_open(dir, &f->ck, err))) return st;
+    if ((st = dr_loader_create(f->ck, f->cfg, &f->ld, err))) return st;
+    if ((st = dr_backbone_bind(&f->bb, f->ld, err))) return st;
+    f->bound = 1;
+    /* The tower is not bound here, so only fatal findings count (no "unexpected" pass). */
+    dr_findings *fs = dr_loader_findings(f->ld);
+    if (dr_findings_fatal(fs, 0)) {
+        dr_findings_print(fs, stderr);
+        return dr_findings_check(fs, 0, err);
+    }
+    dr_prompt_ids ids;
+    if ((st = dr_prompt_resolve_ids(f->tok, &ids, err))) return st;
+    int32_t end_id = dr_tok_id(f->tok, f->cfg->sw.end_token);
+    if (end_id < 0)
+        return dr_fail(err, DRAMA_EFORMAT, "tokenizer: end token \"%s\" (switch end_token) is missing",
+                       f->cfg->sw.end_token);
+    if (f->cfg->tokens.semantic_start >= 0 && f->cfg->tokens.semantic_start != ids.semantic_start)
+        return dr_fail(err, DRAMA_EFORMAT, "config.json semantic_start_token_id %lld differs from tokenizer id %d",
+                       (long long)f->cfg->tokens.semantic_start, ids.semantic_start);
+    return dr_backbone_set_tokens(&f->bb, ids.semantic_start, ids.n_semantic, end_id, err);
+}
+
+static drama_status write_dump(const char *path, const fwd *f, int64_t rows, int64_t prefill, const float *hidden,
+                               const float *logits, const float *embeds, const float *layer_out, drama_error *err) {
+    int64_t H = f->bb.d.H, nl = dr_backbone_n_logits(&f->bb), L = f->bb.d.n_layers;
+    dr_st_writer *w = NULL;
+    drama_status st = dr_st_writer_create(path, &w, err);
+    if (st) return st;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld", (long long)prefill);
+    int64_t sh[3] = {rows, H, 0}, shl[2] = {rows, nl}, sht[3] = {L, rows, H};
+    if (!st) st = dr_st_writer_metadata(w, "producer", "drama forward", err);
+    if (!st) st = dr_st_writer_metadata(w, "prefill", buf, err);
+    snprintf(buf, sizeof buf, "%lld", (long long)f->bb.sem_start);
+    if (!st) st = dr_st_writer_metadata(w, "semantic_start", buf, err);
+    snprintf(buf, sizeof buf, "%lld", (long long)f->bb.end_id);
+    if (!st) st = dr_st_writer_metadata(w, "end_id", buf, err);
+    if (!st) st = dr_st_writer_declare(w, "hidden", DR_DT_F32, 2, sh, err);
+    if (!st) st = dr_st_writer_declare(w, "logits", DR_DT_F32, 2, shl, err);
+    if (!st && embeds) st = dr_st_writer_declare(w, "embeds", DR_DT_F32, 2, sh, err);
+    if (!st && layer_out) st = dr_st_writer_declare(w, "layer_out", DR_DT_F32, 3, sht, err);
+    if (!st) st = dr_st_writer_write(w, hidden, (size_t)(rows * H) * sizeof(float), err);
+    if (!st) st = dr_st_writer_write(w, logits, (size_t)(rows * nl) * sizeof(float), err);
+    if (!st && embeds) st = dr_st_writer_write(w, embeds, (size_t)(rows * H) * sizeof(float), err);
+    if (!st && layer_out) st = dr_st_writer_write(w, layer_out, (size_t)(L * rows * H) * sizeof(float), err);
+    if (st) {
+        dr_st_writer_abort(w);
+        return st;
+    }
+    return dr_st_writer_finish(w, err);
+}
 
 int cmd_forward(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "drama forward: not implemented yet\n");
-    return DR_EXIT_ERROR;
+    const char *dir = NULL, *rows_path = NULL, *dump = NULL;
+    int threads = 0, trace = 0, n_sets = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets) return DR_EXIT_ERROR;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            free(sets);
+            return DR_EXIT_OK;
+        } else if (!strcmp(a, "--model") && has) dir = argv[++i];
+        else if (!strcmp(a, "--rows") && has) rows_path = argv[++i];
+        else if (!strcmp(a, "--dump") && has) dump = argv[++i];
+        else if (!strcmp(a, "--set") && has) sets[n_sets++] = argv[++i];
+        else if (!strcmp(a, "--trace")) trace = 1;
+        else if (!strcmp(a, "--threads") && has) {
+            char *end;
+            long t = strtol(argv[++i], &end, 10);
+            if (*end || t < 0 || t > 1024) {
+                fprintf(stderr, "drama forward: --threads: expected an integer in 0..1024, got '%s'\n", argv[i]);
+                free(sets);
+                return DR_EXIT_USAGE;
+            }
+            threads = (int)t;
+        } else {
+            fprintf(stderr, "drama forward: unexpected argument '%s'\n", a);
+            usage(stderr);
+            free(sets);
+            return DR_EXIT_USAGE;
+        }
+    }
+    if (!dir || !rows_path || !dump) {
+        usage(stderr);
+        free(sets);
+        return DR_EXIT_USAGE;
+    }
+    drama_error err = {0};
+    fwd f;
+    dr_rows rows = {0};
+    dr_pool *pool = NULL;
+    dr_bb_state *st = NULL;
+    float *hidden = NULL, *logits = NULL, *embeds = NULL, *layer_out = NULL, *step_layers = NULL;
+    int rc = DR_EXIT_ERROR;
+    if (fwd_open(&f, dir, sets, n_sets, &err)) {
+        dr_error_prefix(&err, "%s: ", dir);
+        goto out;
+    }
+    int width = dr_backbone_row_width(&f.bb);
+    if (dr_rows_read(rows_path, width, &rows, &err)) goto out;
+    int64_t n = rows.n_rows, K = rows.prefill, H = f.bb.d.H, nl = dr_backbone_n_logits(&f.bb), L = f.bb.d.n_layers;
+    pool = dr_pool_create(threads);
+    if (!pool || dr_bb_state_create(&f.bb, n, &st, &err)) {
+        if (!pool) dr_fail(&err, DRAMA_ENOMEM, "cannot start threads");
+        goto out;
+    }
+    hidden = dr_calloc((size_t)(n > 0 ? n : 1) * (size_t)H, sizeof(float));
+    logits = dr_calloc((size_t)(n > 0 ? n : 1) * (size_t)nl, sizeof(float));
+    if (trace) {
+        embeds = dr_calloc((size_t)(n > 0 ? n : 1) * (size_t)H, sizeof(float));
+        layer_out = dr_calloc((size_t)L * (size_t)(n > 0 ? n : 1) * (size_t)H, sizeof(float));
+        step_layers = dr_calloc((size_t)L * (size_t)(K > 1 ? K : 1) * (size_t)H, sizeof(float));
+    }
+    if (!hidden || !logits || (trace && (!embeds || !layer_out || !step_layers))) {
+        dr_fail(&err, DRAMA_ENOMEM, "out of memory for %lld rows", (long long)n);
+        goto out;
+    }
+    /* one prefill call, then one step per row; a call of m rows at row r0 */
+    for (int64_t r0 = 0; r0 < n;) {
+        int64_t m = (r0 == 0 && K > 0) ? K : 1;
+        dr_bb_trace tr = {trace ? embeds + r0 * H : NULL, trace ? step_layers : NULL, NULL};
+        if (dr_backbone_forward(&f.bb, st, rows.data + r0 * width, m, hidden + r0 * H, logits + r0 * nl,
+                                trace ? &tr : NULL, pool, &err)) {
+            dr_error_prefix(&err, "%s: rows %lld..%lld: ", rows_path, (long long)r0, (long long)(r0 + m - 1));
+            goto out;
+        }
+        if (trace)
+            for (int64_t l = 0; l < L; l++)
+                memcpy(layer_out + (l * n + r0) * H, step_layers + l * m * H, (size_t)(m * H) * sizeof(float));
+        r0 += m;
+    }
+    if (write_dump(dump, &f, n, K, hidden, logits, embeds, layer_out, &err)) goto out;
+    rc = DR_EXIT_OK;
+out:
+    if (rc != DR_EXIT_OK) fprintf(stderr, "drama forward: %s\n", err.message);
+    dr_free(hidden);
+    dr_free(logits);
+    dr_free(embeds);
+    dr_free(layer_out);
+    dr_free(step_layers);
+    dr_bb_state_free(st);
+    dr_pool_free(pool);
+    dr_rows_free(&rows);
+    fwd_close(&f);
+    free(sets);
+    return rc;
 }
