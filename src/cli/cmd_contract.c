@@ -1,11 +1,59 @@
-/* cmd_contract.c - `drama contract`. PLACEHOLDER until its issue lands: fails loudly. */
+/* cmd_contract.c - `drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]`:
+ * every registered kernel against its float64 reference plus the planted controls (docs/contract.md).
+ * Exit 0 when every kernel passes and every control is red, 1 otherwise, 2 on a bad command line. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "tools/contract.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]\n\n"
+               "Checks every kernel (matmul per stored format and code path, norms, softmax, RoPE,\n"
+               "attention, conv and DeltaNet steps) against a float64 reference on random, ragged and\n"
+               "adversarial fixtures, and runs planted defects that must be caught. PATTERN is a glob\n"
+               "or a substring of kernel names. --no-limits skips the timing runs (times are reported,\n"
+               "never enforced). The last line is\n"
+               "  SUMMARY N kernels: P pass, F fail; C controls: R red as planted, M missed\n");
+}
 
 int cmd_contract(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "drama contract: not implemented yet\n");
-    return DR_EXIT_ERROR;
+    dr_contract_options o = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return DR_EXIT_OK;
+        } else if (!strcmp(a, "--only") && i + 1 < argc) {
+            o.only = argv[++i];
+        } else if (!strncmp(a, "--only=", 7)) {
+            o.only = a + 7;
+        } else if (!strcmp(a, "--no-limits")) {
+            o.no_limits = 1;
+        } else if (!strcmp(a, "--list")) {
+            o.list = 1;
+        } else if ((!strcmp(a, "--threads") || !strcmp(a, "--seed")) && i + 1 < argc) {
+            char *end = NULL;
+            unsigned long long v = strtoull(argv[i + 1], &end, 10);
+            if (!*argv[i + 1] || *end || (a[2] == 't' && (v < 1 || v > 1024))) {
+                fprintf(stderr, "drama contract: bad value '%s' for %s\n", argv[i + 1], a);
+                return DR_EXIT_USAGE;
+            }
+            if (a[2] == 't') o.threads = (int)v;
+            else o.seed = v;
+            i++;
+        } else {
+            fprintf(stderr, "drama contract: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return DR_EXIT_USAGE;
+        }
+    }
+    dr_contract_summary s;
+    int rc = dr_contract_run(&o, stdout, &s);
+    if (!o.list && s.kernels == 0 && s.controls == 0) {
+        fprintf(stderr, "drama contract: no kernel matches '%s'\n", o.only ? o.only : "");
+        return DR_EXIT_USAGE;
+    }
+    return rc ? DR_EXIT_ERROR : DR_EXIT_OK;
 }

@@ -1,0 +1,181 @@
+/* contract.c - the `drama contract` runner: registry, comparison rules, report, summary. */
+#include "tools/contract.h"
+
+#include <fnmatch.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "num/formats.h"
+#include "tools/contract_internal.h"
+
+/* ---- helpers ---- */
+
+uint64_t ct_rand_u64(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double ct_rand_uniform(uint64_t *s) { return (double)(ct_rand_u64(s) >> 11) * 0x1p-53; }
+
+double ct_rand_normal(uint64_t *s) {
+    double u1 = ct_rand_uniform(s), u2 = ct_rand_uniform(s);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void ct_poison(float *y, int64_t n) {
+    float p = dr_f32_from_bits(0x7FC0DEADu);
+    for (int64_t i = 0; i < n; i++) y[i] = p;
+}
+
+double ct_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+float ct_h(float v) { return dr_f16_to_f32(dr_f32_to_f16(v)); }
+
+/* Worst violation in a case: returns max err/tol (INFINITY for a NaN/Inf rule violation). */
+static double case_ratio(const float *out, const double *ref, const double *tol, int64_t n, int64_t *where,
+                         double *max_abs, double *relnorm) {
+    double worst = 0, ma = 0, num = 0, den = 0;
+    *where = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double o = out[i], r = ref[i], ratio;
+        if (isnan(r)) {
+            ratio = isnan(o) ? 0 : INFINITY;
+        } else if (isinf(r)) {
+            ratio = (o == r) ? 0 : INFINITY;
+        } else if (!isfinite(o)) {
+            ratio = INFINITY;
+        } else {
+            double e = fabs(o - r);
+            ratio = e / tol[i];
+            if (e == 0) ratio = 0;
+            if (e > ma) ma = e;
+            num += e * e;
+            den += r * r;
+        }
+        if (ratio > worst || (isnan(ratio) && worst == 0)) {
+            worst = ratio;
+            *where = i;
+        }
+    }
+    *max_abs = ma;
+    *relnorm = den > 0 ? sqrt(num / den) : sqrt(num);
+    return worst;
+}
+
+int ct_compare(ct_result *res, const char *case_name, const float *out, const double *ref, const double *tol,
+               int64_t n) {
+    int64_t where;
+    double ma, rn;
+    double worst = case_ratio(out, ref, tol, n, &where, &ma, &rn);
+    res->cases++;
+    if (ma > res->max_abs) res->max_abs = ma;
+    if (worst > res->max_ratio) res->max_ratio = worst;
+    if (rn > res->max_relnorm) res->max_relnorm = rn;
+    int ok = worst <= 1.0;
+    if (!ok) {
+        res->failed_cases++;
+        if (!res->first_failure[0])
+            snprintf(res->first_failure, sizeof res->first_failure, "%s: out[%lld] = %.9g, ref %.9g, tol %.3g",
+                     case_name, (long long)where, (double)out[where], ref[where], tol[where]);
+    }
+    return ok;
+}
+
+void ct_discriminate(ct_result *res, const char *case_name, const float *alt, const double *ref, const double *tol,
+                     int64_t n) {
+    int64_t where;
+    double ma, rn;
+    double worst = case_ratio(alt, ref, tol, n, &where, &ma, &rn);
+    (void)case_name;
+    res->discr_checked = 1;
+    if (worst > res->discr_ratio) res->discr_ratio = worst;
+    if (worst > 1.0) res->discriminating = 1;
+}
+
+/* ---- runner ---- */
+
+#define CT_MAX 96
+
+static int selected(const dr_contract_options *o, const char *name) {
+    if (!o->only || !o->only[0]) return 1;
+    if (strpbrk(o->only, "*?[")) return fnmatch(o->only, name, 0) == 0;
+    return strstr(name, o->only) != NULL;
+}
+
+int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary *summary) {
+    static ct_kernel kernels[CT_MAX], controls[CT_MAX];
+    int nk = 0, nc = 0;
+    nk += ct_matmul_kernels(kernels + nk, CT_MAX - nk);
+    nk += ct_ops_kernels(kernels + nk, CT_MAX - nk);
+    nc += ct_matmul_controls(controls + nc, CT_MAX - nc);
+    nc += ct_ops_controls(controls + nc, CT_MAX - nc);
+
+    dr_contract_summary s = {0};
+    ct_ctx ctx = {.pool = dr_pool_create(o->threads > 0 ? o->threads : 2), .seed = o->seed ? o->seed : 20261201};
+    fprintf(out, "drama contract: %d kernels, %d planted controls registered; seed %llu, %d threads\n", nk, nc,
+            (unsigned long long)ctx.seed, dr_pool_threads(ctx.pool));
+    fprintf(out, "tolerance rules and fixtures: docs/contract.md\n\n");
+    for (int i = 0; i < nk; i++) {
+        const ct_kernel *k = &kernels[i];
+        if (!selected(o, k->name)) continue;
+        if (o->list) {
+            fprintf(out, "kernel  %-24s %-13s %s\n", k->name, k->backend, k->precision);
+            continue;
+        }
+        ct_result r = {0};
+        k->check(k, &ctx, &r);
+        int pass = r.cases > 0 && r.failed_cases == 0 && (!r.discr_checked || r.discriminating);
+        if (!r.discr_checked) pass = 0; /* every kernel must carry a precision-discriminating fixture */
+        s.kernels++;
+        if (pass) s.pass++;
+        else s.fail++;
+        fprintf(out, "%s %-24s %-13s cases=%-3d max_abs=%-9.3g err/tol=%-8.3g relnorm=%-9.3g discr=%s(fp16 %.3g)",
+                pass ? "PASS" : "FAIL", k->name, k->backend, r.cases, r.max_abs, r.max_ratio, r.max_relnorm,
+                r.discriminating ? "yes" : "NO", r.discr_ratio);
+        if (!o->no_limits && k->time) {
+            double ms = k->time(k, &ctx);
+            fprintf(out, " time=%.3fms %s (limit %.3gms%s)", ms, k->time_shape, k->limit_ms,
+                    ms > k->limit_ms ? ", OVER: reported only" : "");
+        }
+        fprintf(out, "\n     contract: %s\n", k->precision);
+        if (!pass) {
+            if (r.first_failure[0]) fprintf(out, "     first failure: %s\n", r.first_failure);
+            if (r.discr_checked && !r.discriminating)
+                fprintf(out, "     fixtures are not precision-discriminating: the fp16 variant passed\n");
+            if (!r.discr_checked) fprintf(out, "     no precision-discriminating fixture\n");
+        }
+        fflush(out);
+    }
+    for (int i = 0; i < nc; i++) {
+        const ct_kernel *k = &controls[i];
+        if (!selected(o, k->name)) continue;
+        if (o->list) {
+            fprintf(out, "control %-24s %-13s %s\n", k->name, k->backend, k->control_desc);
+            continue;
+        }
+        ct_result r = {0};
+        k->check(k, &ctx, &r);
+        int red = r.failed_cases > 0;
+        s.controls++;
+        if (red) s.red++;
+        else s.missed++;
+        fprintf(out, "%s control %-24s (%s): %s\n", red ? "RED   " : "MISSED", k->name, k->control_desc,
+                red ? "red as planted" : "PASSED: the contract cannot see this defect");
+        if (red) fprintf(out, "     caught by %d of %d cases; first: %s\n", r.failed_cases, r.cases, r.first_failure);
+        fflush(out);
+    }
+    dr_pool_free(ctx.pool);
+    if (!o->list)
+        fprintf(out, "SUMMARY %d kernels: %d pass, %d fail; %d controls: %d red as planted, %d missed\n", s.kernels,
+                s.pass, s.fail, s.controls, s.red, s.missed);
+    if (summary) *summary = s;
+    return (s.fail == 0 && s.missed == 0) ? 0 : 1;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Kernel contract (issue 7): `drama contract` must be green (every kernel passes, every planted
+# control is red) and end with the exact SUMMARY line; --only must select; bad options exit 2.
+set -u
+[ -x "${DRAMA_BIN:-}" ] || { echo "DRAMA_BIN not set"; exit 77; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+"$DRAMA_BIN" contract --no-limits >"$out" 2>&1
+rc=$?
+cat "$out"
+last=$(tail -n 1 "$out")
+if ! [[ "$last" =~ ^SUMMARY\ ([0-9]+)\ kernels:\ ([0-9]+)\ pass,\ ([0-9]+)\ fail\;\ ([0-9]+)\ controls:\ ([0-9]+)\ red\ as\ planted,\ ([0-9]+)\ missed$ ]]; then
+    echo "FAIL: last line is not the SUMMARY line: $last"; exit 1
+fi
+n=${BASH_REMATCH[1]} p=${BASH_REMATCH[2]} f=${BASH_REMATCH[3]} c=${BASH_REMATCH[4]} r=${BASH_REMATCH[5]} m=${BASH_REMATCH[6]}
+[ "$rc" -eq 0 ] || { echo "FAIL: exit status $rc"; exit 1; }
+[ "$f" -eq 0 ] && [ "$m" -eq 0 ] && [ "$p" -eq "$n" ] && [ "$r" -eq "$c" ] || { echo "FAIL: $last"; exit 1; }
+# every stored format has a matmul entry, and the ops of backend/cpu are registered
+for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8; do
+    grep -q "^PASS matmul.$k " "$out" || { echo "FAIL: matmul.$k missing"; exit 1; }
+done
+for k in rms_norm softmax; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
+[ "$c" -ge 4 ] || { echo "FAIL: fewer than 4 planted controls"; exit 1; }
+
+# selection: only the NVFP4 matmul entries and their control
+"$DRAMA_BIN" contract --only 'matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only"; exit 1; }
+grep -q "^PASS matmul.nvfp4 " "$out" && ! grep -q "^PASS matmul.bf16 " "$out" || { cat "$out"; echo "FAIL: --only selection"; exit 1; }
+tail -n 1 "$out" | grep -Eq '^SUMMARY [0-9]+ kernels: [0-9]+ pass, 0 fail; 1 controls: 1 red as planted, 0 missed$' ||
+    { tail -n 1 "$out"; echo "FAIL: --only summary"; exit 1; }
+
+"$DRAMA_BIN" contract --bogus >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: bad option must exit 2"; exit 1; }
+"$DRAMA_BIN" contract --only no-such-kernel --no-limits >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: empty selection must exit 2"; exit 1; }
+echo "contract e2e: ok ($last)"
