@@ -249,11 +249,56 @@ static void test_invariance(void **s) {
     model_close(&m);
 }
 
+/* Teacher-forced against the float64 reference of ref/e2e-*.safetensors: prefill prompt.rows,
+ * then append each golden frame as a row. hidden[f] is the row that predicts frame f. */
+static void run_e2e(const char *golden_rel, const char *tag) {
+    model m;
+    model_open(&m, "tiny-drama3");
+    const char *g = tu_golden(golden_rel);
+    int width = dr_backbone_row_width(&m.bb);
+    int64_t n_p, n_f, n_h, H = m.bb.d.H, nl = dr_backbone_n_logits(&m.bb);
+    int32_t *prompt = tu_load_i32(g, "prompt.rows", &n_p);
+    int32_t *frames = tu_load_i32(g, "frames", &n_f);
+    float *g_hidden = tu_load_f32(g, "hidden", &n_h);
+    float *g_sem = tu_load_f32(g, "sem_logits", NULL);
+    int64_t L = n_p / width, F = n_f / (width - 1);
+    assert_int_equal(n_h, (F + 1) * H);
+    drama_error e = {0};
+    dr_bb_state *st = NULL;
+    assert_int_equal(dr_bb_state_create(&m.bb, L + F, &st, &e), DRAMA_OK);
+    float *hid = malloc((size_t)(L + F) * H * sizeof(float)), *lg = malloc((size_t)(L + F) * nl * sizeof(float));
+    assert_int_equal(dr_backbone_forward(&m.bb, st, prompt, L, hid, lg, NULL, NULL, &e), DRAMA_OK);
+    for (int64_t f = 0; f < F; f++) {
+        int32_t row[64];
+        row[0] = (int32_t)(m.bb.sem_start + frames[f * (width - 1)]);
+        memcpy(row + 1, frames + f * (width - 1), (size_t)(width - 1) * sizeof(int32_t));
+        assert_int_equal(dr_backbone_forward(&m.bb, st, row, 1, hid + (L + f) * H, lg + (L + f) * nl, NULL, NULL, &e),
+                         DRAMA_OK);
+    }
+    char label[128];
+    snprintf(label, sizeof label, "%s vs float64: hidden", tag);
+    int ok = tu_report(label, tu_compare_f32(hid + (L - 1) * H, g_hidden, (F + 1) * H), 2e-4);
+    snprintf(label, sizeof label, "%s vs float64: sem_logits", tag);
+    tu_cmp c = tu_compare_f32(lg + (L - 1) * nl, g_sem, F * nl);
+    ok &= tu_report(label, c, 5e-4);
+    assert_true(ok);
+    assert_true(c.max_rel < 1e-4); /* issue 8: within 1e-4 relative of the float64 reference */
+    dr_bb_state_free(st);
+    free(hid); free(lg); free(prompt); free(frames); free(g_hidden); free(g_sem);
+    model_close(&m);
+}
+
+static void test_e2e_float64(void **s) {
+    (void)s;
+    run_e2e("ref/e2e-noref.safetensors", "e2e-noref");
+    run_e2e("ref/e2e-ref12.safetensors", "e2e-ref12");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base),  cmocka_unit_test(test_fused),  cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_nvfp4), cmocka_unit_test(test_mlx),    cmocka_unit_test(test_pruned),
-        cmocka_unit_test(test_invariance),
+        cmocka_unit_test(test_invariance), cmocka_unit_test(test_e2e_float64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
