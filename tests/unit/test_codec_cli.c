@@ -1,0 +1,126 @@
+/* `drama codec decode|encode` end to end on the tiny codec ($DRAMA_BIN; skipped when absent):
+ * golden codes -> 32-bit float WAV equal to the golden waveform within 1e-4, the golden signal
+ * (as a float WAV) -> the golden codes exactly, and out-of-range codes rejected (not clamped). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <sndfile.h>
+
+#include "io/codes_json.h"
+#include "testutil.h"
+
+#define GOLD "codec/codec-golden.safetensors"
+
+static const char *bin(void) {
+    const char *b = getenv("DRAMA_BIN");
+    return b && access(b, X_OK) == 0 ? b : NULL;
+}
+
+static int run(const char *cmd) {
+    printf("$ %s\n", cmd);
+    fflush(stdout);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void write_codes(const char *path, const char *golden_name, int64_t *frames_out) {
+    int64_t n;
+    int32_t *g = tu_load_i32(tu_golden(GOLD), golden_name, &n);
+    int64_t T = n / 10;
+    dr_codes c;
+    drama_error e = {0};
+    assert_int_equal(dr_codes_create(&c, T, 10, &e), DRAMA_OK);
+    for (int k = 0; k < 10; k++)
+        for (int64_t f = 0; f < T; f++) c.data[f * 10 + k] = g[k * T + f];
+    assert_int_equal(dr_codes_write(path, &c, &e), DRAMA_OK);
+    dr_codes_free(&c);
+    free(g);
+    if (frames_out) *frames_out = T;
+}
+
+static void test_cli_decode_encode(void **state) {
+    (void)state;
+    if (!bin()) skip();
+    const char *dir = tu_tmpdir();
+    char codes[512], wav[512], cmd[2048], in[512], out[512];
+    snprintf(codes, sizeof codes, "%s/codes.json", dir);
+    snprintf(wav, sizeof wav, "%s/out.wav", dir);
+    write_codes(codes, "decode.codes", NULL);
+    snprintf(cmd, sizeof cmd, "%s codec decode --codec %s %s -o %s --f32 --threads 2", bin(), tu_golden("tiny-drama3"), codes, wav);
+    assert_int_equal(run(cmd), 0);
+    SF_INFO info = {0};
+    SNDFILE *sf = sf_open(wav, SFM_READ, &info);
+    assert_non_null(sf);
+    assert_int_equal(info.samplerate, 44100);
+    assert_int_equal(info.channels, 1);
+    int64_t n;
+    float *ref = tu_load_f32(tu_golden(GOLD), "decode.wav", &n);
+    assert_int_equal(info.frames, n);
+    float *x = malloc((size_t)n * sizeof *x);
+    assert_int_equal(sf_readf_float(sf, x, n), n);
+    sf_close(sf);
+    assert_true(tu_report("cli decode --f32", tu_compare_f32(x, ref, n), 1e-4));
+    free(x), free(ref);
+    /* encode: golden signal through a float WAV (exact) */
+    float *sig = tu_load_f32(tu_golden(GOLD), "encode.wav", &n);
+    snprintf(in, sizeof in, "%s/in.wav", dir);
+    SF_INFO wi = {.samplerate = 44100, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_FLOAT};
+    sf = sf_open(in, SFM_WRITE, &wi);
+    assert_non_null(sf);
+    assert_int_equal(sf_writef_float(sf, sig, n), n);
+    sf_close(sf);
+    free(sig);
+    snprintf(out, sizeof out, "%s/enc.json", dir);
+    snprintf(cmd, sizeof cmd, "%s codec encode --codec %s %s -o %s", bin(), tu_golden("tiny-drama3"), in, out);
+    assert_int_equal(run(cmd), 0);
+    dr_codes got = {0};
+    drama_error e = {0};
+    assert_int_equal(dr_codes_read(out, 10, NULL, &got, &e), DRAMA_OK);
+    int32_t *g = tu_load_i32(tu_golden(GOLD), "encode.codes", &n);
+    int64_t T = n / 10;
+    assert_int_equal(got.n_frames, T);
+    int bad = 0;
+    for (int k = 0; k < 10; k++)
+        for (int64_t f = 0; f < T; f++) bad += got.data[f * 10 + k] != g[k * T + f];
+    printf("cli encode: %d of %lld codes differ\n", bad, (long long)n);
+    assert_int_equal(bad, 0);
+    dr_codes_free(&got);
+    free(g);
+    tu_rm_rf(dir);
+}
+
+static void test_cli_rejects_out_of_range(void **state) {
+    (void)state;
+    if (!bin()) skip();
+    const char *dir = tu_tmpdir();
+    char codes[512], wav[512], cmd[2048];
+    snprintf(codes, sizeof codes, "%s/clamp.json", dir);
+    snprintf(wav, sizeof wav, "%s/out.wav", dir);
+    write_codes(codes, "clamp.codes", NULL);
+    snprintf(cmd, sizeof cmd, "%s codec decode --codec %s %s -o %s 2>&1", bin(), tu_golden("tiny-drama3"), codes, wav);
+    assert_int_not_equal(run(cmd), 0);
+    assert_int_not_equal(access(wav, F_OK), 0); /* nothing published */
+    snprintf(cmd, sizeof cmd, "%s codec decode --codec %s %s/missing.json -o %s 2>&1", bin(), tu_golden("tiny-drama3"), dir, wav);
+    assert_int_not_equal(run(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s codec encode --codec %s %s -o %s/x.json 2>&1", bin(), tu_golden("tiny-drama3"), codes, dir);
+    assert_int_not_equal(run(cmd), 0); /* a JSON file is not audio */
+    snprintf(cmd, sizeof cmd, "%s codec frobnicate 2>&1", bin());
+    assert_int_equal(run(cmd), 2);
+    tu_rm_rf(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_decode_encode),
+        cmocka_unit_test(test_cli_rejects_out_of_range),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
