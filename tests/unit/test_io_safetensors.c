@@ -151,6 +151,23 @@ static void test_bf16_probe(void **state) {
     free(bf);
 }
 
+/* testutil's golden readers: ids as int32, values as float. */
+static void test_tu_loaders(void **state) {
+    (void)state;
+    int64_t n = 0, m = 0;
+    const char *bb = tu_golden("ref/backbone.safetensors");
+    int32_t *rows = tu_load_i32(bb, "prefill.rows", &n);
+    float *rows_f = tu_load_f32(bb, "prefill.rows", &m);
+    assert_int_equal(n, m);
+    assert_true(n > 0);
+    for (int64_t i = 0; i < n; i++) {
+        assert_true(rows[i] >= 0);
+        assert_true((float)rows[i] == rows_f[i]);
+    }
+    free(rows);
+    free(rows_f);
+}
+
 static void test_f16_e5m2_ints(void **state) {
     (void)state;
     const uint16_t h[] = {0x3C00, 0x0001, 0x7BFF, 0xFC00, 0x7E00, 0x8000, 0xC000, 0x0400};
@@ -314,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_table),    cmocka_unit_test(test_bf16_probe),
         cmocka_unit_test(test_f16_e5m2_ints), cmocka_unit_test(test_writer_round_trip),
         cmocka_unit_test(test_writer_abort),  cmocka_unit_test(test_memory_and_empty),
+        cmocka_unit_test(test_tu_loaders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
