@@ -257,6 +257,31 @@ done:
     return st;
 }
 
+drama_status dr_manifest_verify_dir(const char *dir, int reverify, dr_manifest **out, drama_error *err) {
+    if (!out || !dir) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_verify_dir: NULL argument");
+    *out = NULL;
+    char *path = join_path(dir, DR_MANIFEST_NAME);
+    if (!path) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        free(path);
+        return DRAMA_OK; /* no manifest: nothing to verify */
+    }
+    dr_manifest *m = NULL;
+    drama_status st = dr_manifest_load(path, &m, err);
+    free(path);
+    if (st != DRAMA_OK) return st;
+    char cache[4096];
+    const char *cache_path = (!reverify && dr_sha256_default_cache(cache, sizeof cache)) ? cache : NULL;
+    st = dr_manifest_verify(m, dir, cache_path, NULL, NULL, err);
+    if (st != DRAMA_OK) {
+        dr_manifest_free(m);
+        return st;
+    }
+    *out = m;
+    return DRAMA_OK;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,

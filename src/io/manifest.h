@@ -48,6 +48,12 @@ typedef void (*dr_manifest_report_fn)(const dr_manifest_finding *f, void *user);
 drama_status dr_manifest_verify(const dr_manifest *m, const char *dir, const char *cache_path,
                                 dr_manifest_report_fn report, void *user, drama_error *err);
 
+/* What a loader calls first (FORMATS.md 7 rule 2): when dir holds drama-manifest.json, verify every
+ * listed file (default digest cache unless reverify) and return the manifest in *out (caller frees;
+ * use dr_manifest_find to report files the load uses but the manifest lacks as "unverified");
+ * without a manifest *out is NULL and the result is DRAMA_OK. */
+drama_status dr_manifest_verify_dir(const char *dir, int reverify, dr_manifest **out, drama_error *err);
+
 /* Write a manifest of the given files (relative to dir) to out_path (temp + rename). */
 drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,
                                drama_error *err);

@@ -127,6 +127,23 @@ static void test_mismatches(void **state) {
     assert_int_equal(s.ok, 3);
     assert_string_equal(dr_manifest_find(m, "b.bin")->sha256, good_b);
     dr_manifest_free(m);
+    /* the loader entry point refuses the folder; without a manifest it passes with none */
+    setenv("DRAMA_CACHE_DIR", dir, 1);
+    err = (drama_error){0};
+    m = (dr_manifest *)1;
+    assert_int_equal(dr_manifest_verify_dir(dir, 0, &m, &err), DRAMA_EHASH);
+    assert_null(m);
+    assert_non_null(strstr(err.message, "a.bin: SHA-256 mismatch"));
+    snprintf(p, sizeof p, "%s/a.bin", dir);
+    tu_write_file(p, "a.bin", 5);
+    err = (drama_error){0};
+    assert_int_equal(dr_manifest_verify_dir(dir, 0, &m, &err), DRAMA_OK);
+    assert_non_null(m);
+    assert_null(dr_manifest_find(m, "verified-sha256.json"));
+    dr_manifest_free(m);
+    assert_int_equal(unlink(mpath), 0);
+    assert_int_equal(dr_manifest_verify_dir(dir, 1, &m, &err), DRAMA_OK);
+    assert_null(m);
     assert_int_equal(tu_rm_rf(dir), 0);
 }
 
