@@ -58,6 +58,7 @@ typedef struct dr_pl_gen_params {
     float temperature, top_p, cfg_gamma;
     uint64_t seed;
     int frame_cap;
+    int has_reference;
 } dr_pl_gen_params;
 
 typedef struct dr_pl_gen dr_pl_gen;

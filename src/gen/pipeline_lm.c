@@ -1,19 +1,26 @@
 /* pipeline_lm.c - the language-model side of the pipeline (see pipeline_adapt.h): backbone +
- * tower lifetime, prompt prefill and the frame loop; plus text batching and audio references.
- * TEMPORARY: the backbone, frame loop, chunker and audio reader are still being written by
- * their owners; until they land these calls fail with DRAMA_EUNSUPPORTED naming what is
- * missing. */
+ * tower lifetime (gen/session.h), prompt rows per batch (text/prompt.h) and the frame loop
+ * (gen/frameloop.h); plus text batching and audio references. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen/frameloop.h"
 #include "gen/pipeline_adapt.h"
+#include "gen/session.h"
 
 struct dr_pl_lm {
-    int unused;
+    dr_gen_lm *g;
 };
 
 struct dr_pl_gen {
-    int unused;
+    dr_gen_session *s;
+    dr_pl_gen_params p;
+    int nc;
+    int started;            /* batch 0 prompt built */
+    int guided_prompt;      /* an unconditional prompt is kept (gamma > 0 and a reference) */
+    dr_prompt cond, uncond; /* the whole prompt so far, history included (TEXT.md 4.5) */
+    int64_t cond_fed, uncond_fed; /* rows already in the backbone states */
+    dr_codes batch;         /* frames of the current batch, for the next batch's history */
 };
 
 drama_status dr_pl_encode_audio_file(drama_model *m, const char *path, dr_codes *out, drama_error *err) {
@@ -34,11 +41,23 @@ drama_status dr_pl_text_batches(drama_model *m, const drama_request *req, dr_pl_
 }
 
 drama_status dr_pl_lm_acquire(drama_model *m, drama_error *err) {
-    (void)m;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "backbone/frame loop not built yet");
+    if (m->lm) return DRAMA_OK;
+    dr_pl_lm *lm = calloc(1, sizeof *lm);
+    if (!lm) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    drama_status st = dr_gen_lm_open(m->dir, (const char *const *)m->sets, m->n_sets, m->threads, m->pool, &lm->g, err);
+    if (st != DRAMA_OK) {
+        free(lm);
+        return st;
+    }
+    m->lm = lm;
+    return DRAMA_OK;
 }
 
-void dr_pl_lm_free(dr_pl_lm *lm) { free(lm); }
+void dr_pl_lm_free(dr_pl_lm *lm) {
+    if (!lm) return;
+    dr_gen_lm_close(lm->g);
+    free(lm);
+}
 
 void dr_pl_lm_release(drama_model *m) {
     dr_pl_lm_free(m->lm);
@@ -46,22 +65,123 @@ void dr_pl_lm_release(drama_model *m) {
 }
 
 drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_gen **out, drama_error *err) {
-    (void)m;
-    (void)p;
     *out = NULL;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "frame loop not built yet");
+    if (!m->lm) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: language model not loaded");
+    dr_pl_gen *g = calloc(1, sizeof *g);
+    if (!g) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    g->p = *p;
+    g->nc = m->cfg->audio.num_codebooks;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    dr_sampler_params_default(&o.sp);
+    o.sp.temperature = p->temperature;
+    o.sp.top_p = p->top_p;
+    o.sp.cfg_gamma = p->cfg_gamma;
+    o.sp.seed = p->seed;
+    o.sp.frame_cap = p->frame_cap;
+    o.has_reference = p->has_reference;
+    g->guided_prompt = p->cfg_gamma > 0 && p->has_reference;
+    drama_status st = dr_gen_session_create(&m->lm->g->model, &o, &g->s, err);
+    if (st != DRAMA_OK) {
+        free(g);
+        return st;
+    }
+    *out = g;
+    return DRAMA_OK;
+}
+
+/* Appends batch b's rows to one prompt: for b > 0 first the previous batch's frames (already
+ * in the states: they count as fed) and the end of that assistant turn. */
+static drama_status extend_prompt(dr_pl_gen *g, dr_prompt *pr, int64_t *fed, drama_model *m, const dr_pl_text *text,
+                                  int b, const dr_pl_refs *refs, int with_refs, drama_error *err) {
+    drama_status st = DRAMA_OK;
+    if (b == 0) {
+        dr_prompt_options opt;
+        dr_pl_prompt_options(m, &opt);
+        dr_reference r[16];
+        int n = with_refs ? refs->n : 0;
+        for (int i = 0; i < n; i++) {
+            r[i].text = refs->transcript[i];
+            r[i].codes = &refs->codes[i];
+        }
+        st = dr_prompt_begin(pr, m->tok, &opt, g->nc, err);
+        if (st == DRAMA_OK) st = dr_prompt_system(pr, r, n, err);
+    } else {
+        st = dr_prompt_frames(pr, &g->batch, err);
+        if (st == DRAMA_OK) *fed = pr->rows.n_rows;
+        if (st == DRAMA_OK) st = dr_prompt_end_turn(pr, err);
+    }
+    if (st == DRAMA_OK) st = dr_prompt_user(pr, text->batch[b], strlen(text->batch[b]), err);
+    if (st == DRAMA_OK) st = dr_prompt_generation_start(pr, err);
+    return st;
 }
 
 drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int b, const dr_pl_refs *refs,
                               int64_t *prompt_rows, drama_error *err) {
-    (void)g; (void)m; (void)text; (void)b; (void)refs; (void)prompt_rows;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "frame loop not built yet");
+    drama_status st = extend_prompt(g, &g->cond, &g->cond_fed, m, text, b, refs, 1, err);
+    if (st == DRAMA_OK && g->guided_prompt) st = extend_prompt(g, &g->uncond, &g->uncond_fed, m, text, b, refs, 0, err);
+    g->started = 1;
+    if (st != DRAMA_OK) return st;
+    const int64_t w = g->cond.rows.n_cols;
+    const int32_t *rows = g->cond.rows.data + g->cond_fed * w;
+    int64_t n = g->cond.rows.n_rows - g->cond_fed;
+    const int32_t *urows = NULL;
+    int64_t un = 0;
+    if (g->guided_prompt) {
+        urows = g->uncond.rows.data + g->uncond_fed * w;
+        un = g->uncond.rows.n_rows - g->uncond_fed;
+    }
+    st = dr_gen_prefill(g->s, rows, n, urows, un, err);
+    if (st != DRAMA_OK) return st;
+    g->cond_fed = g->cond.rows.n_rows;
+    g->uncond_fed = g->uncond.rows.n_rows;
+    *prompt_rows = g->cond.rows.n_rows;
+    dr_codes_free(&g->batch);
+    return dr_codes_create(&g->batch, 0, g->nc, err);
+}
+
+static drama_status keep_frame(dr_pl_gen *g, const int32_t *frame, drama_error *err) {
+    dr_codes *c = &g->batch;
+    int64_t n = c->n_frames + 1;
+    int32_t *d = realloc(c->data, (size_t)n * (size_t)g->nc * sizeof *d);
+    if (!d) return dr_fail(err, DRAMA_ENOMEM, "out of memory keeping frames");
+    memcpy(d + c->n_frames * g->nc, frame, (size_t)g->nc * sizeof *d);
+    c->data = d;
+    c->n_frames = n;
+    return DRAMA_OK;
 }
 
 drama_status dr_pl_gen_frames(dr_pl_gen *g, int64_t budget, dr_pl_frame_fn fn, void *ctx, int *ended,
                               drama_error *err) {
-    (void)g; (void)budget; (void)fn; (void)ctx; (void)ended;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "frame loop not built yet");
+    *ended = 0;
+    dr_gen_set_frames(g->s, budget > 0 ? (int)budget : 0);
+    int32_t frame[64];
+    if (g->nc > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "generation: %d codebooks", g->nc);
+    for (;;) {
+        dr_gen_finish fin = DR_FINISH_NONE;
+        drama_status st = dr_gen_next(g->s, frame, &fin, err);
+        if (st != DRAMA_OK) return st;
+        if (fin == DR_FINISH_END_TOKEN) {
+            *ended = 1;
+            return DRAMA_OK;
+        }
+        if (fin != DR_FINISH_NONE) return DRAMA_OK;
+        st = keep_frame(g, frame, err);
+        if (st == DRAMA_OK) st = fn(ctx, frame, err);
+        if (st != DRAMA_OK) {
+            dr_gen_cancel(g->s);
+            return st;
+        }
+    }
 }
 
-void dr_pl_gen_free(dr_pl_gen *g) { free(g); }
+void dr_pl_gen_free(dr_pl_gen *g) {
+    if (!g) return;
+    dr_gen_session_free(g->s);
+    if (g->started) {
+        dr_prompt_free(&g->cond);
+        if (g->guided_prompt) dr_prompt_free(&g->uncond);
+    }
+    dr_codes_free(&g->batch);
+    free(g);
+}

@@ -179,6 +179,7 @@ static drama_status run(run_ctx *c, drama_error *err) {
     gp.cfg_gamma = q->n_references > 0 ? q->cfg_gamma : 0.0f; /* the model's own voice is never guided */
     gp.seed = c->res->seed;
     gp.frame_cap = q->max_frames;
+    gp.has_reference = q->n_references > 0;
     st = dr_pl_gen_create(m, &gp, &gen, err);
     if (st != DRAMA_OK) goto out;
     for (int b = 0; b < text.n_batches; b++) {
