@@ -642,6 +642,11 @@ static drama_status write_header(dr_st_writer *w, drama_error *err) {
     if (!text) return dr_fail(err, DRAMA_ENOMEM, "%s: cannot serialise header", w->path);
     size_t n = strlen(text), padded = n;
     if (w->pad_to_8) padded = (n + 7) & ~(size_t)7;
+    if (padded > ST_MAX_HEADER) { /* readers (ours included) refuse larger headers */
+        free(text);
+        return dr_fail(err, DRAMA_EINVAL, "%s: header of %zu bytes exceeds the %llu-byte limit", w->path, padded,
+                       ST_MAX_HEADER);
+    }
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     drama_status st = write_all(w, len, 8, err);
