@@ -14,20 +14,6 @@
 #include "base/alloc.h"
 #include "model/backbone_internal.h"
 
-/* Top-k of p[E] with ties to the lower id; p[e] == -1 marks excluded. */
-static void top_k(const float *p, int E, int k, int *ids) {
-    for (int r = 0; r < k; r++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int used = 0;
-            for (int q = 0; q < r; q++) used |= ids[q] == e;
-            if (used || p[e] < 0.0f) continue;
-            if (best < 0 || p[e] > p[best]) best = e;
-        }
-        ids[r] = best;
-    }
-}
-
 static void swiglu(const dr_weight *gate, const dr_weight *up, const dr_weight *gate_up, const dr_weight *down,
                    int64_t I, const float *x, int64_t m, float *gu, float *act, float *y, dr_pool *pool) {
     if (gate_up) {
@@ -84,7 +70,7 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
         for (int e = 0; e < E; e++)
             if (excluded[e]) s[e] = -1.0f; /* never selectable, even with fewer finite scores than k */
         int *ids = sel + i * k;
-        top_k(s, E, k, ids);
+        dr_op_topk(s, E, k, ids);
         double sum = 0.0;
         for (int r = 0; r < k; r++) sum += ids[r] >= 0 ? s[ids[r]] : 0.0f;
         for (int r = 0; r < k; r++) {

@@ -432,8 +432,20 @@ int dr_loader_bind(dr_loader *ld, const char *name, int64_t rows, int64_t cols, 
     }
     const dr_quant_config *q = ld->cfg ? &ld->cfg->quant : NULL;
     drama_error e = {0};
+    /* Dense weights: compare the stored shape first so the message is "expected [..], found [..]". */
+    if (fmt_name[0] == 'd' && (rows >= 0 || cols >= 0)) {
+        int64_t r = w->shape[w->ndim - 2], c = w->shape[w->ndim - 1];
+        if ((rows >= 0 && r != rows) || (cols >= 0 && c != cols)) {
+            char b[128];
+            shape_str(w, b, sizeof b);
+            dr_findings_add(f, DR_FIND_MISSHAPED, name, "expected [%lld, %lld], found %s", (long long)rows,
+                            (long long)cols, b);
+            return 0;
+        }
+    }
+    /* The logical input width disambiguates MLX affine bits/group; others derive it from shapes. */
     drama_status st = dr_weight_bind_ex(w, scale, scale2, bias, slice, q ? q->block_rows : 0, q ? q->block_cols : 0,
-                                        cols > 0 ? cols : 0, out, &e);
+                                        (w->dtype == DR_DT_U32 && cols > 0) ? cols : 0, out, &e);
     if (st != DRAMA_OK) {
         dr_findings_add(f, st == DRAMA_ESHAPE ? DR_FIND_MISSHAPED : DR_FIND_UNSUPPORTED, name, "%s: %s", fmt_name,
                         e.message);

@@ -113,3 +113,16 @@ void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, fl
         }
     }
 }
+
+void dr_op_topk(const float *p, int n, int k, int *ids) {
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int used = 0;
+            for (int q = 0; q < r; q++) used |= ids[q] == e;
+            if (used || !(p[e] >= 0.0f)) continue;
+            if (best < 0 || p[e] > p[best]) best = e; /* strict: an equal later index never wins */
+        }
+        ids[r] = best;
+    }
+}

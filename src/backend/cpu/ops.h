@@ -31,6 +31,10 @@ void dr_op_rope_interleaved(float *x, int half, const float *cos_v, const float 
 /* In-place softmax over n values (fp32 result; max-subtracted, sum in double). -inf entries give 0. */
 void dr_op_softmax(float *x, int64_t n);
 
+/* The k largest of p[n] in descending order, ties to the lower index; entries < 0 are never chosen
+ * (ids[r] = -1 when fewer than k are eligible). */
+void dr_op_topk(const float *p, int n, int k, int *ids);
+
 /* One query against positions 0..n_pos-1 of a KV cache (row t of the cache at t*stride):
  * out[hd] = sum_t softmax_t(q . k_t * scale) v_t. scratch holds n_pos floats. */
 void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
