@@ -304,7 +304,7 @@ static int on_event(void *user, const drama_event *ev) {
     if (c->a->progress_json) {
         const char *kind = ev->type == DRAMA_EVENT_PHASE ? "phase" : "frames";
         json_t *j = json_pack("{s:s, s:s, s:f, s:I}", "event", kind, "phase", drama_phase_name(ev->phase), "t",
-                              ev->elapsed_s, "rss_bytes", (json_int_t)ev->rss_bytes);
+                              dr_clock_s() - c->t0, "rss_bytes", (json_int_t)ev->rss_bytes);
         if (ev->type != DRAMA_EVENT_PHASE) {
             json_object_set_new(j, "batch", json_integer(ev->batch));
             json_object_set_new(j, "batches", json_integer(ev->n_batches));

@@ -212,7 +212,9 @@ static drama_status run(run_ctx *c, drama_error *err) {
 
     if (!c->stream) {
         if (m->low_memory) {
-            /* Release the backbone and tower (unmap weights, free state) before decoding. */
+            /* Release the backbone and tower (unmap weights, free state) before decoding; the
+             * generate phase closes first so its rss_end shows what was resident. */
+            dr_phase_end(&c->clock, c->res);
             dr_pl_lm_release(m);
         }
         phase(c, DRAMA_PHASE_DECODE);
