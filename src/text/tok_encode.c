@@ -286,6 +286,53 @@ void dr_tok_clear_cache(dr_tok *tok) {
 
 /* ---------------------------------------------------------------- stretches between added tokens */
 
+/* NFC quick check: 1 when no code point of the stretch can change under NFC, so normalisation
+ * (the most expensive step for non-Latin text) can be skipped. tok->nfc_unstable marks the code
+ * points that may change (built at load, see tok_build_nfc_table). */
+static int nfc_stable(const dr_tok *tok, const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int bad, k = tok_utf8_next(s + i, len - i, &cp, &bad);
+        if (!k || (tok->nfc_unstable[cp >> 3] >> (cp & 7) & 1)) return 0;
+        i += (size_t)k;
+    }
+    return 1;
+}
+
+/* A code point may change under NFC, alone or with its neighbours, when it has a non-zero
+ * combining class, can be the second half of a composition (utf8proc marks those with
+ * comb_index >= 0x8000; Hangul jamo compose by rule), or is not its own NFC (singletons,
+ * excluded compositions). A precomposed letter such as U+00E9 is stable: anything that could
+ * combine with it is itself marked. (Checked exhaustively against utf8proc when written.) */
+drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err) {
+    tok->nfc_unstable = calloc(0x110000 / 8, 1);
+    if (!tok->nfc_unstable) return dr_fail(err, DRAMA_ENOMEM, "tokenizer: out of memory");
+    for (uint32_t cp = 0x80; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp < 0xE000) continue;
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+        int unstable = (cp >= 0x1100 && cp <= 0x11FF) || p->combining_class != 0 ||
+                       (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000);
+        if (!unstable && p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) {
+            utf8proc_int32_t out[8];
+            utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)cp, out, 8, UTF8PROC_DECOMPOSE, NULL);
+            /* recompose the decomposition; stable iff it gives the code point back */
+            if (n > 0 && n <= 8) {
+                utf8proc_ssize_t m = utf8proc_normalize_utf32(out, n, UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+                unstable = !(m == 1 && out[0] == (utf8proc_int32_t)cp);
+            } else {
+                unstable = 1;
+            }
+        }
+        if (unstable) tok->nfc_unstable[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+    }
+    return DRAMA_OK;
+}
+
 static drama_status encode_stretch(dr_tok *tok, const char *text, size_t len, pcre2_match_data *md, dr_ids *out,
                                    drama_error *err) {
     if (len == 0) return DRAMA_OK;
@@ -293,9 +340,7 @@ static drama_status encode_stretch(dr_tok *tok, const char *text, size_t len, pc
     const char *s = text;
     size_t n = len;
     if (tok->nfc) {
-        size_t i = 0;
-        while (i < len && (unsigned char)text[i] < 0x80) i++;
-        if (i < len) { /* ASCII is already NFC */
+        if (!nfc_stable(tok, text, len)) {
             utf8proc_uint8_t *mapped = NULL;
             utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &mapped,
                                               UTF8PROC_STABLE | UTF8PROC_COMPOSE);

@@ -77,6 +77,7 @@ struct dr_tok {
     int64_t n_merges;
     int ignore_merges;
     int nfc;
+    uint8_t *nfc_unstable;  /* bitmap over code points that NFC may change (when nfc is set) */
 
     int32_t byte_id[256];   /* vocabulary id of each byte's mapped character, -1 if absent */
     char byte_char[256][4]; /* UTF-8 of each byte's mapped character */
@@ -95,6 +96,9 @@ struct dr_tok {
 
 /* Look up a merge; returns 1 and fills rank/merged when (left, right) has one. */
 int tok_pair_get(const dr_tok *tok, int32_t left, int32_t right, int32_t *rank, int32_t *merged);
+
+/* Build nfc_unstable (tok_encode.c). */
+drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err);
 
 /* Decode one UTF-8 code point at s[i] (n bytes left). Returns its length (1..4) and sets *cp,
  * or 0 when the sequence is invalid (then *bad_len is the maximal invalid subpart, >= 1). */

@@ -432,6 +432,7 @@ static drama_status load_json(dr_tok *tok, json_t *root, drama_error *err) {
     st = build_tables(tok, json_object_get(model, "vocab"), err);
     if (!st) st = load_merges(tok, json_object_get(model, "merges"), err);
     if (!st) st = compile_pattern(tok, err);
+    if (!st && tok->nfc) st = tok_build_nfc_table(tok, err);
     return st;
 }
 
@@ -542,6 +543,7 @@ void dr_tok_free(dr_tok *tok) {
     free(tok->added_lens);
     free(tok->pairs);
     free(tok->pattern);
+    free(tok->nfc_unstable);
     pcre2_code_free(tok->re);
     tok_strmap_clear(&tok->cache);
     free(tok->cache_entries);
