@@ -31,6 +31,8 @@ typedef struct test_weight {
     uint8_t *data, *scales, *biases;
 } test_weight;
 
+static int g_block_cols = 40; /* FP8 block width of the next weight: 40 is ragged, 64 takes the fused path */
+
 static void make_weight(test_weight *t, dr_wfmt fmt, int64_t rows, int64_t cols) {
     memset(t, 0, sizeof *t);
     float *src = malloc((size_t)(rows * cols) * sizeof *src);
@@ -60,7 +62,7 @@ static void make_weight(test_weight *t, dr_wfmt fmt, int64_t rows, int64_t cols)
         tw.nbytes = (size_t)(rows * cols) * 2;
         break;
     case DR_WF_FP8_BLOCK: {
-        br = 32, bc = 40; /* ragged blocks, block width not a multiple of 8 */
+        br = 32, bc = g_block_cols; /* ragged blocks (40: width not a multiple of 8) */
         int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
         t->data = malloc((size_t)(rows * cols));
         t->scales = malloc((size_t)(sr * sc) * 4);
@@ -248,6 +250,10 @@ static void test_formats_ragged(void **state) {
         check_format(fmts[f], 70, 256);
         check_format(fmts[f], 3, 7);
     }
+    g_block_cols = 64; /* block width a multiple of 32: the n = 1 fused path */
+    check_format(DR_WF_FP8_BLOCK, 37, 200);
+    check_format(DR_WF_FP8_BLOCK, 5, 64);
+    g_block_cols = 40;
     check_format(DR_WF_NVFP4, 33, 80);
     check_format(DR_WF_NVFP4, 17, 272);
     check_format(DR_WF_AFFINE, 21, 96);
@@ -278,6 +284,26 @@ static void test_fp8_all_codes_paths(void **state) {
     float y = 0;
     dr_cpu_matmul(&w, x, 1, &y, NULL);
     assert_true(isnan(y)); /* 0 * NaN */
+    /* the NaN-free fast path, every finite code, at scales from subnormal to the fallback limit */
+    uint8_t fin[254 + 9];
+    int nf = 0;
+    for (int c = 0; c < 256; c++)
+        if ((c & 0x7F) != 0x7F) fin[nf++] = (uint8_t)c;
+    for (int i = nf; i < 263; i++) fin[i] = (uint8_t)(i * 37);
+    for (int i = nf; i < 263; i++)
+        if ((fin[i] & 0x7F) == 0x7F) fin[i] = 0x11;
+    const float scales[] = {1.0f, 0x1p-140f, 3.0e-30f, 0.0123f, 127.9f, 128.0f, 1e30f, -2.5f};
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+        float sc = scales[si];
+        dr_tensor tf = {.name = "fin", .dtype = DR_DT_F8_E4M3, .ndim = 2, .shape = {1, 263}, .data = fin, .nbytes = 263};
+        dr_tensor tsc = {.name = "fin.weight_scale", .dtype = DR_DT_F32, .ndim = 0, .data = (uint8_t *)&sc, .nbytes = 4};
+        assert_int_equal(dr_weight_bind(&tf, &tsc, NULL, NULL, -1, 0, 0, &w, &err), DRAMA_OK);
+        dr_weight_dequant_row(&w, 0, a);
+        dr_cpu_dequant_row_path(&w, 0, b, DR_CPU_AUTO);
+        for (int i = 0; i < 263; i++)
+            if (dr_f32_bits(a[i]) != dr_f32_bits(b[i]))
+                fail_msg("code 0x%02x scale %a: %a vs reference %a", fin[i], (double)sc, (double)b[i], (double)a[i]);
+    }
 }
 
 static void test_nonfinite_activations(void **state) {

@@ -81,6 +81,7 @@ static void mm_task(void *ctx, int64_t i, int worker) {
     float *wrow = j->scratch + (size_t)worker * (size_t)j->ld_scratch;
     int64_t cols = j->w->cols;
     if (j->path == DR_CPU_AVX2) {
+        if (j->n == 1 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x, j->y + i)) return;
         dr_cpu_avx2_dequant_row(j->w, j->r0 + i, wrow);
         dr_cpu_avx2_dot_rows(j->x, cols, j->n, wrow, cols, j->y + i, j->ldy);
     } else {

@@ -20,6 +20,12 @@ TGT static inline __m256i load8_u8(const uint8_t *p) {
     return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v));
 }
 
+TGT static inline __m256i load8_i8(const uint8_t *p) { /* sign-extended */
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128((long long)v));
+}
+
 /* E4M3 bits placed into the fp32 exponent/mantissa field and scaled by 2^(127-7): exact for
  * normals and subnormals alike; 0x7F/0xFF become NaN as in the table. */
 TGT static inline __m256 e4m3x8(__m256i b) {
@@ -29,6 +35,20 @@ TGT static inline __m256 e4m3x8(__m256i b) {
     __m256 nan_mask = _mm256_castsi256_ps(_mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7F)));
     mag = _mm256_blendv_ps(mag, _mm256_set1_ps(NAN), nan_mask);
     return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+/* any code 0x7F / 0xFF (NaN) in n bytes */
+TGT static int e4m3_row_has_nan(const uint8_t *p, int64_t n) {
+    const __m256i m7f = _mm256_set1_epi8(0x7F);
+    __m256i any = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7f);
+        any = _mm256_or_si256(any, _mm256_cmpeq_epi8(v, m7f));
+    }
+    int found = _mm256_movemask_epi8(any) != 0;
+    for (; i < n; i++) found |= (p[i] & 0x7F) == 0x7F;
+    return found;
 }
 
 /* eight 4-bit codes of a little-endian word, element k from bits 4k..4k+3 */
@@ -92,15 +112,31 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
     case DR_WF_FP8_TENSOR:
     case DR_WF_FP8_BLOCK: {
         int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+        int has_nan = e4m3_row_has_nan(row, cols); /* one cheap byte scan instead of a blend per code */
         int64_t bc = per_tensor ? cols : w->block_cols;
         int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
         /* one segment per scale block, so a block width that is not a multiple of 8 still works */
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
             int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + c0 / bc);
-            __m256 vs = _mm256_set1_ps(s);
             int64_t c = c0;
-            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8(load8_u8(row + c)), vs));
+            if (!has_nan && fabsf(s) < 0x1p7f) {
+                /* fast path: the code bits placed into the fp32 field times (2^120 s). 2^120 s is
+                 * exact here, and e4m3 * (2^120 s) is the same real number as (e4m3 * 2^120) * s, so
+                 * the single rounding gives the reference's bits. */
+                __m256 vs = _mm256_set1_ps(s * 0x1p120f);
+                const __m256i keep = _mm256_set1_epi32((int)0x87F00000u); /* sign + 7 code bits */
+                for (; c + 8 <= c1; c += 8) {
+                    uint64_t v;
+                    memcpy(&v, row + c, 8);
+                    __m256i b = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128((long long)v)); /* sign-extended */
+                    __m256i f = _mm256_and_si256(_mm256_slli_epi32(b, 20), keep);
+                    _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_castsi256_ps(f), vs));
+                }
+            } else {
+                __m256 vs = _mm256_set1_ps(s);
+                for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8(load8_u8(row + c)), vs));
+            }
             for (; c < c1; c++) out[c] = dr_e4m3_to_f32(row[c]) * s;
         }
         return;
@@ -195,9 +231,76 @@ TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const floa
     }
 }
 
+/* n = 1 without the row buffer: decode 32 weights into registers and feed the FMAs directly.
+ * Same decoded values and the same canonical order as dequant_row + dot_rows, so the same bits.
+ * Handles BF16 and FP8 (per-tensor, or blocks whose width is a multiple of 32) without NaN codes
+ * and with |scale| < 2^7; returns 0 (nothing written) for anything else. */
+TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) {
+    const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    int64_t cols = w->cols, body = cols & ~(int64_t)31;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float t;
+    if (w->fmt == DR_WF_BF16) {
+        for (int64_t k = 0; k < body; k += 32) {
+            const uint8_t *p = row + 2 * k;
+#define BF8(j) _mm256_castsi256_ps(_mm256_slli_epi32( \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * (j)))), 16))
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), BF8(0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), BF8(1), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), BF8(2), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), BF8(3), a3);
+#undef BF8
+        }
+        t = hsum_canonical(a0, a1, a2, a3);
+        for (int64_t k = body; k < cols; k++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * k, 2);
+            t = fmaf(x[k], dr_bf16_to_f32(h), t);
+        }
+        *y = t;
+        return 1;
+    }
+    if (w->fmt != DR_WF_FP8_TENSOR && w->fmt != DR_WF_FP8_BLOCK) return 0;
+    int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+    int64_t bc = per_tensor ? cols : w->block_cols;
+    if (!per_tensor && bc % 32 != 0) return 0;
+    int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
+    int64_t nsc = per_tensor ? 1 : w->scale_cols;
+    for (int64_t b = 0; b < nsc; b++) {
+        float s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + b);
+        if (!(fabsf(s) < 0x1p7f)) return 0;
+    }
+    if (e4m3_row_has_nan(row, cols)) return 0;
+    const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
+    float s = 0;
+    __m256 vs = _mm256_setzero_ps();
+    for (int64_t k = 0; k < body; k += 32) {
+        if (k % bc == 0) {
+            s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + k / bc);
+            vs = _mm256_set1_ps(s * 0x1p120f);
+        }
+#define E8(j) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8(row + k + 8 * (j)), 20), \
+        keep)), vs)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(0), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), E8(1), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), E8(2), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), E8(3), a3);
+#undef E8
+    }
+    t = hsum_canonical(a0, a1, a2, a3);
+    for (int64_t k = body; k < cols; k++) {
+        float sk = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + k / bc);
+        t = fmaf(x[k], dr_e4m3_to_f32(row[k]) * sk, t);
+    }
+    *y = t;
+    return 1;
+}
+
 #else /* not x86: never selected (dr_cpu_best_path returns portable); defined for the linker */
 
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) { dr_weight_dequant_row(w, r, out); }
+
+int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) { return 0; }
 
 void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                           int64_t ldy) {
