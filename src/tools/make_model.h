@@ -93,11 +93,6 @@ drama_status dr_make_model(const char *dir, const dr_mm_options *opts, drama_err
 double dr_mm_uniform(uint64_t seed, uint64_t key, uint64_t index);
 uint64_t dr_mm_name_key(const char *name);
 
-/* Expected codec tensors for a codec description (CODEC.md 4): calls fn for each, in state-dict
- * order. Returns the number of tensors. */
-typedef void (*dr_mm_tensor_fn)(const char *name, int ndim, const int64_t *shape, void *ctx);
-int dr_mm_codec_inventory(const dr_mm_codec *c, dr_mm_tensor_fn fn, void *ctx);
-
 /* Write codec.json / tokenizer.json for the given dims (used by dr_make_model). */
 drama_status dr_mm_write_codec_json(const char *path, const dr_mm_codec *c, drama_error *err);
 drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t seed, drama_error *err);

@@ -1,194 +1,15 @@
-/* make_model_codec.c - the codec part of `drama make-model`: the expected ModifiedDAC tensor
- * inventory for given hyper-parameters (CODEC.md 4, state-dict order), codec.json (CODEC.md 9)
- * and a random codec.safetensors with weights at scales that keep the decoder unsaturated. */
+/* make_model_codec.c - the codec part of `drama make-model`: codec.json (CODEC.md 9) for the
+ * chosen hyper-parameters, and a random codec.safetensors holding exactly the tensors the codec
+ * engine expects for it (dr_codec_expected), at scales that keep the decoder unsaturated. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/alloc.h"
+#include "codec/codec.h"
 #include "io/safetensors.h"
 #include "tools/make_model.h"
-
-/* ---- inventory ---- */
-
-typedef struct inv {
-    dr_mm_tensor_fn fn;
-    void *ctx;
-    int count;
-} inv;
-
-static void emit(inv *v, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    int64_t shape[3] = {d0, d1, d2};
-    v->fn(name, ndim, shape, v->ctx);
-    v->count++;
-}
-
-/* Weight-normed conv, new style (parametrizations), in state-dict order: bias, g, v.
- * d0 is dim 0 of the weight (c_out for a conv, c_in for a transposed conv); g is [d0, 1, 1]. */
-static void wn_conv_b(inv *v, const char *m, int64_t bias_n, int64_t d0, int64_t d1, int64_t k) {
-    char n[256];
-    snprintf(n, sizeof n, "%s.bias", m);
-    emit(v, n, 1, bias_n, 0, 0);
-    snprintf(n, sizeof n, "%s.parametrizations.weight.original0", m);
-    emit(v, n, 3, d0, 1, 1);
-    snprintf(n, sizeof n, "%s.parametrizations.weight.original1", m);
-    emit(v, n, 3, d0, d1, k);
-}
-
-static void alpha(inv *v, const char *m, int64_t c) {
-    char n[256];
-    snprintf(n, sizeof n, "%s.alpha", m);
-    emit(v, n, 3, 1, c, 1);
-}
-
-static void residual_unit(inv *v, const char *m, int64_t c, int k) {
-    char n[256];
-    snprintf(n, sizeof n, "%s.block.0", m);
-    alpha(v, n, c);
-    snprintf(n, sizeof n, "%s.block.1.conv", m);
-    wn_conv_b(v, n, c, c, c, k);
-    snprintf(n, sizeof n, "%s.block.2", m);
-    alpha(v, n, c);
-    snprintf(n, sizeof n, "%s.block.3.conv", m);
-    wn_conv_b(v, n, c, c, c, 1);
-}
-
-static void transformer(inv *v, const char *m, int64_t dim, const dr_mm_codec_tf *t) {
-    char n[256];
-    int64_t qkv = 3LL * t->n_head * t->head_dim, att = (int64_t)t->n_head * t->head_dim;
-    for (int i = 0; i < t->n_layer; i++) {
-        snprintf(n, sizeof n, "%s.layers.%d.attention.wqkv.weight", m, i);
-        emit(v, n, 2, qkv, dim, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.attention.wo.weight", m, i);
-        emit(v, n, 2, dim, att, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w1.weight", m, i);
-        emit(v, n, 2, t->intermediate, dim, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w3.weight", m, i);
-        emit(v, n, 2, t->intermediate, dim, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.feed_forward.w2.weight", m, i);
-        emit(v, n, 2, dim, t->intermediate, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.ffn_norm.weight", m, i);
-        emit(v, n, 1, dim, 0, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.attention_norm.weight", m, i);
-        emit(v, n, 1, dim, 0, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.attention_layer_scale.gamma", m, i);
-        emit(v, n, 1, dim, 0, 0);
-        snprintf(n, sizeof n, "%s.layers.%d.ffn_layer_scale.gamma", m, i);
-        emit(v, n, 1, dim, 0, 0);
-    }
-    snprintf(n, sizeof n, "%s.norm.weight", m);
-    emit(v, n, 1, dim, 0, 0);
-}
-
-static void vq(inv *v, const char *m, int64_t latent, int64_t cb_dim, int64_t cb_size) {
-    char n[256];
-    const char *parts[2] = {"in_proj", "out_proj"};
-    for (int p = 0; p < 2; p++) {
-        int64_t out = p == 0 ? cb_dim : latent, in = p == 0 ? latent : cb_dim;
-        snprintf(n, sizeof n, "%s.%s.bias", m, parts[p]);
-        emit(v, n, 1, out, 0, 0);
-        snprintf(n, sizeof n, "%s.%s.weight_g", m, parts[p]);
-        emit(v, n, 3, out, 1, 1);
-        snprintf(n, sizeof n, "%s.%s.weight_v", m, parts[p]);
-        emit(v, n, 3, out, in, 1);
-    }
-    snprintf(n, sizeof n, "%s.codebook.weight", m);
-    emit(v, n, 2, cb_size, cb_dim, 0);
-}
-
-static void resample(inv *v, const char *m, int64_t c, int k, const dr_mm_codec *cd) {
-    char n[256];
-    snprintf(n, sizeof n, "%s.0.conv.weight", m);
-    emit(v, n, 3, c, c, k);
-    snprintf(n, sizeof n, "%s.0.conv.bias", m);
-    emit(v, n, 1, c, 0, 0);
-    snprintf(n, sizeof n, "%s.1.gamma", m);
-    emit(v, n, 1, c, 0, 0);
-    snprintf(n, sizeof n, "%s.1.dwconv.conv.weight", m);
-    emit(v, n, 3, c, 1, cd->convnext_kernel);
-    snprintf(n, sizeof n, "%s.1.dwconv.conv.bias", m);
-    emit(v, n, 1, c, 0, 0);
-    snprintf(n, sizeof n, "%s.1.norm.weight", m);
-    emit(v, n, 1, c, 0, 0);
-    snprintf(n, sizeof n, "%s.1.norm.bias", m);
-    emit(v, n, 1, c, 0, 0);
-    int64_t wide = (int64_t)cd->convnext_ratio * c;
-    snprintf(n, sizeof n, "%s.1.pwconv1.weight", m);
-    emit(v, n, 2, wide, c, 0);
-    snprintf(n, sizeof n, "%s.1.pwconv1.bias", m);
-    emit(v, n, 1, wide, 0, 0);
-    snprintf(n, sizeof n, "%s.1.pwconv2.weight", m);
-    emit(v, n, 2, c, wide, 0);
-    snprintf(n, sizeof n, "%s.1.pwconv2.bias", m);
-    emit(v, n, 1, c, 0, 0);
-}
-
-int dr_mm_codec_inventory(const dr_mm_codec *c, dr_mm_tensor_fn fn, void *ctx) {
-    inv v = {fn, ctx, 0};
-    char m[256];
-    int64_t ch = c->encoder_dim;
-    wn_conv_b(&v, "encoder.block.0.conv", ch, ch, 1, 7);
-    for (int b = 1; b <= c->n_enc_rates; b++) {
-        int s = c->enc_rates[b - 1];
-        static const int dil_count = 3; /* residual units per block (dilations 1, 3, 9) */
-        for (int r = 0; r < dil_count; r++) {
-            snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, r);
-            residual_unit(&v, m, ch, c->ru_kernel);
-        }
-        snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, dil_count);
-        alpha(&v, m, ch);
-        snprintf(m, sizeof m, "encoder.block.%d.block.%d.conv", b, dil_count + 1);
-        wn_conv_b(&v, m, 2 * ch, 2 * ch, ch, 2 * s);
-        ch *= 2;
-        if (b == c->n_enc_rates && c->enc_tf.n_layer > 0) {
-            snprintf(m, sizeof m, "encoder.block.%d.block.%d", b, dil_count + 2);
-            transformer(&v, m, ch, &c->enc_tf);
-        }
-    }
-    snprintf(m, sizeof m, "encoder.block.%d", c->n_enc_rates + 1);
-    alpha(&v, m, ch);
-    snprintf(m, sizeof m, "encoder.block.%d.conv", c->n_enc_rates + 2);
-    wn_conv_b(&v, m, c->latent_dim, c->latent_dim, ch, 3);
-
-    int64_t lat = c->latent_dim;
-    vq(&v, "quantizer.semantic_quantizer.quantizers.0", lat, c->codebook_dim, c->semantic_codebook_size);
-    for (int q = 0; q < c->n_codebooks; q++) {
-        snprintf(m, sizeof m, "quantizer.quantizer.quantizers.%d", q);
-        vq(&v, m, lat, c->codebook_dim, c->codebook_size);
-    }
-    for (int i = 0; i < c->n_down; i++) {
-        snprintf(m, sizeof m, "quantizer.downsample.%d", i);
-        resample(&v, m, lat, c->down_factor[i], c);
-    }
-    for (int i = 0; i < c->n_down; i++) {
-        snprintf(m, sizeof m, "quantizer.upsample.%d", i);
-        resample(&v, m, lat, c->down_factor[c->n_down - 1 - i], c);
-    }
-    transformer(&v, "quantizer.pre_module", lat, &c->pre);
-    transformer(&v, "quantizer.post_module", lat, &c->post);
-
-    ch = c->decoder_dim;
-    wn_conv_b(&v, "decoder.model.0.conv", ch, ch, lat, 7);
-    for (int b = 1; b <= c->n_dec_rates; b++) {
-        int s = c->dec_rates[b - 1];
-        snprintf(m, sizeof m, "decoder.model.%d.block.0", b);
-        alpha(&v, m, ch);
-        snprintf(m, sizeof m, "decoder.model.%d.block.1.conv", b);
-        wn_conv_b(&v, m, ch / 2, ch, ch / 2, 2 * s); /* transposed: [c_in, c_out, k], g [c_in] */
-        for (int r = 0; r < 3; r++) {
-            snprintf(m, sizeof m, "decoder.model.%d.block.%d", b, r + 2);
-            residual_unit(&v, m, ch / 2, c->ru_kernel);
-        }
-        ch /= 2;
-    }
-    snprintf(m, sizeof m, "decoder.model.%d", c->n_dec_rates + 1);
-    alpha(&v, m, ch);
-    snprintf(m, sizeof m, "decoder.model.%d.conv", c->n_dec_rates + 2);
-    wn_conv_b(&v, m, 1, 1, ch, 7);
-    return v.count;
-}
 
 /* ---- codec.json ---- */
 
@@ -275,13 +96,13 @@ drama_status dr_mm_write_codec_json(const char *path, const dr_mm_codec *c, dram
 /* ---- codec.safetensors ---- */
 
 typedef struct codec_list {
-    int n, cap;
+    int n, cap, failed;
     char **names;
     int *ndim;
     int64_t (*shape)[3];
 } codec_list;
 
-static void collect(const char *name, int ndim, const int64_t *shape, void *ctx) {
+static void collect(void *ctx, const char *name, int ndim, const int64_t *shape) {
     codec_list *l = ctx;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 256;
@@ -291,13 +112,17 @@ static void collect(const char *name, int ndim, const int64_t *shape, void *ctx)
         if (nn) l->names = nn;
         if (nd) l->ndim = nd;
         if (ns) l->shape = ns;
-        if (!nn || !nd || !ns) return; /* counted as missing below: n stays */
+        if (!nn || !nd || !ns) {
+            l->failed = 1;
+            return;
+        }
         l->cap = cap;
     }
     l->names[l->n] = strdup(name);
     l->ndim[l->n] = ndim;
     for (int i = 0; i < 3; i++) l->shape[l->n][i] = i < ndim ? shape[i] : 0;
     if (l->names[l->n]) l->n++;
+    else l->failed = 1;
 }
 
 static int ends_with(const char *s, const char *suf) {
@@ -325,12 +150,16 @@ drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t s
     snprintf(path, sizeof path, "%s/codec.json", dir);
     drama_status st = dr_mm_write_codec_json(path, c, err);
     if (st) return st;
+    /* The tensor list is the codec engine's own (dr_codec_expected) for the configuration the
+     * codec.json just written describes, so a generated codec always matches its loader. */
     codec_list l = {0};
-    int expected = dr_mm_codec_inventory(c, collect, &l);
+    dr_codec_config cfg;
+    dr_codec_config_default(&cfg);
     dr_st_writer *w = NULL;
     float *buf = NULL;
     enum { CHUNK = 1 << 16 };
-    if (l.n != expected) {
+    if ((st = dr_codec_config_read(path, &cfg, err)) || (st = dr_codec_expected(&cfg, collect, &l, err))) goto done;
+    if (l.failed) {
         st = dr_fail(err, DRAMA_ENOMEM, "codec inventory: out of memory");
         goto done;
     }

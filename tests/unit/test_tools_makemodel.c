@@ -50,7 +50,6 @@ static void push(lines *l, const char *name, int ndim, const int64_t *shape) {
     }
     l->s[l->n++] = strdup(buf);
 }
-static void mm_cb(const char *name, int ndim, const int64_t *shape, void *ctx) { push(ctx, name, ndim, shape); }
 static void codec_cb(void *ctx, const char *name, int ndim, const int64_t *shape) { push(ctx, name, ndim, shape); }
 static int cmp_s(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 static void sort_lines(lines *l) { qsort(l->s, (size_t)l->n, sizeof *l->s, cmp_s); }
@@ -70,12 +69,13 @@ static void assert_same(lines *a, lines *b, const char *what) {
     assert_int_equal(diffs, 0);
 }
 
+/* The real codec: the engine's expected list equals the golden real inventory, and the
+ * codec.json make-model writes for the real dims parses to the engine's built-in defaults. */
 static void test_codec_inventory_real(void **state) {
     (void)state;
     dr_mm_options o;
     assert_true(dr_mm_shape_defaults("full", &o));
-    lines mine = {0}, gold = {0}, eng = {0};
-    dr_mm_codec_inventory(&o.dims.codec, mm_cb, &mine);
+    lines gold = {0}, eng = {0};
     json_error_t je;
     json_t *inv = json_load_file(tu_golden("codec/codec-real-inventory.json"), 0, &je);
     assert_non_null(inv);
@@ -89,32 +89,57 @@ static void test_codec_inventory_real(void **state) {
         push(&gold, json_string_value(json_object_get(t, "name")), (int)json_array_size(sh), shape);
     }
     json_decref(inv);
-    assert_same(&mine, &gold, "real codec vs codec-real-inventory.json");
-    /* the codec engine's own expected list for its built-in (real) configuration */
-    dr_codec_config cfg;
-    dr_codec_config_default(&cfg);
+    dr_codec_config def, mine;
+    dr_codec_config_default(&def);
+    dr_codec_config_default(&mine);
     drama_error e = {0};
-    OK(dr_codec_expected(&cfg, codec_cb, &eng, &e));
-    assert_same(&mine, &eng, "real codec vs dr_codec_expected");
-    free_lines(&mine);
+    OK(dr_codec_expected(&def, codec_cb, &eng, &e));
+    assert_same(&eng, &gold, "dr_codec_expected (defaults) vs codec-real-inventory.json");
+    const char *dir = tu_tmpdir();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/codec.json", dir);
+    OK(dr_mm_write_codec_json(path, &o.dims.codec, &e));
+    OK(dr_codec_config_read(path, &mine, &e));
+    assert_true(dr_codec_config_equal(&mine, &def));
     free_lines(&gold);
     free_lines(&eng);
+    tu_rm_rf(dir);
 }
 
-static void test_codec_inventory_tiny(void **state) {
+/* The tiny codec: codec.safetensors holds the golden tiny codec.pth's names and shapes, and its
+ * codec.json parses like the golden tiny codec.json. */
+static void test_codec_tiny(void **state) {
     (void)state;
     dr_mm_options o;
     assert_true(dr_mm_shape_defaults("tiny", &o));
     lines mine = {0}, gold = {0};
-    dr_mm_codec_inventory(&o.dims.codec, mm_cb, &mine);
-    dr_pth *p = NULL;
+    const char *dir = tu_tmpdir();
     drama_error e = {0};
+    OK(dr_mm_write_codec(dir, &o.dims.codec, 9, &e));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/codec.safetensors", dir);
+    dr_st_file *f = NULL;
+    OK(dr_st_open(path, &f, &e));
+    for (int64_t k = 0; k < dr_st_count(f); k++) {
+        assert_int_equal(dr_st_at(f, k)->dtype, DR_DT_F32);
+        push(&mine, dr_st_at(f, k)->name, dr_st_at(f, k)->ndim, dr_st_at(f, k)->shape);
+    }
+    dr_st_close(f);
+    dr_pth *p = NULL;
     OK(dr_pth_open(tu_golden("tiny-drama3/codec.pth"), &p, &e));
     for (int64_t k = 0; k < dr_pth_count(p); k++) push(&gold, dr_pth_at(p, k)->name, dr_pth_at(p, k)->ndim, dr_pth_at(p, k)->shape);
     dr_pth_close(p);
-    assert_same(&mine, &gold, "tiny codec vs golden codec.pth");
+    assert_same(&mine, &gold, "generated tiny codec vs golden codec.pth");
+    dr_codec_config a, b;
+    dr_codec_config_default(&a);
+    dr_codec_config_default(&b);
+    snprintf(path, sizeof path, "%s/codec.json", dir);
+    OK(dr_codec_config_read(path, &a, &e));
+    OK(dr_codec_config_read(tu_golden("tiny-drama3/codec.json"), &b, &e));
+    assert_true(dr_codec_config_equal(&a, &b));
     free_lines(&mine);
     free_lines(&gold);
+    tu_rm_rf(dir);
 }
 
 /* ---- generated models ---- */
@@ -405,7 +430,7 @@ static void test_validation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_inventory_real), cmocka_unit_test(test_codec_inventory_tiny),
+        cmocka_unit_test(test_codec_inventory_real), cmocka_unit_test(test_codec_tiny),
         cmocka_unit_test(test_tiny_model_loads),     cmocka_unit_test(test_formats_match_bf16),
         cmocka_unit_test(test_same_seed_same_files), cmocka_unit_test(test_prune_and_fused),
         cmocka_unit_test(test_validation),
