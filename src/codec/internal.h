@@ -31,7 +31,8 @@ enum {
 
 typedef struct cd_conv {
     int cin, cout, k, dil, stride, groups, transposed;
-    float *w;   /* normal: [cout][cin/groups][k]; transposed: [cout][k][cin] (re-laid at load) */
+    float *w;   /* normal: [cout][cin/groups][k]; transposed: per output phase q < stride a stride-1
+                 * conv [cout][cin][ceil(k/stride)] (re-laid at load, ops.c) */
     float *b;   /* [cout] */
     int hist;   /* history columns carried between calls (0: stateless) */
     int state;  /* index in the path's state table, -1 when hist == 0 */

@@ -202,14 +202,19 @@ static void conv_setup(ld *L, cd_conv *cv, int cin, int cout, int k, int dil, in
     cv->b = b;
     cv->w = w;
     if (transposed) {
-        cv->hist = (k + stride - 1) / stride - 1;
-        if (w && L->alloc) { /* [cin][cout][k] -> [cout][k][cin] */
-            float *t = own(L, (size_t)cin * cout * k * sizeof(float));
+        int R = (k + stride - 1) / stride;
+        cv->hist = R - 1;
+        if (w && L->alloc) { /* [cin][cout][k] -> per phase q: [cout][cin][R], entry r' = tap q + (R-1-r')*s */
+            float *t = own(L, (size_t)stride * cout * cin * R * sizeof(float));
             if (t)
-                for (int i = 0; i < cin; i++)
+                for (int q = 0; q < stride; q++)
                     for (int o = 0; o < cout; o++)
-                        for (int kk = 0; kk < k; kk++)
-                            t[((int64_t)o * k + kk) * cin + i] = w[((int64_t)i * cout + o) * k + kk];
+                        for (int i = 0; i < cin; i++)
+                            for (int r = 0; r < R; r++) {
+                                int tap = q + (R - 1 - r) * stride;
+                                t[(((int64_t)q * cout + o) * cin + i) * R + r] =
+                                    tap < k ? w[((int64_t)i * cout + o) * k + tap] : 0.0f;
+                            }
             cv->w = t;
         }
     } else {

@@ -12,94 +12,104 @@
 #include "base/alloc.h"
 #include "codec/internal.h"
 
-#define OB 8     /* output channels per task */
+#define OB 4     /* output channels per register block */
+#define VW 8     /* time steps per register block */
 #define TT 256   /* time steps per task */
 
+typedef float v8 __attribute__((vector_size(VW * sizeof(float)))); /* GNU vector: SSE pairs or AVX */
+
 typedef struct conv_job {
-    const cd_conv *cv;
-    const float *x; /* [cin][lx] with history in front */
+    const float *w;  /* [cout][cin_g][k] */
+    const float *b;  /* [cout] or NULL */
+    int cin, cout, k, dil, stride, groups;
+    const float *x;  /* [cin][lx] with history in front */
     int64_t lx;
-    float *y;       /* [cout][ly] */
-    int64_t ly;     /* output length (normal) or input blocks (transposed) */
+    float *y;        /* y[o * ldy + t * ystep + yoff] */
+    int64_t ldy, ystep, yoff;
+    int64_t ly;      /* output steps */
     int64_t n_tiles;
 } conv_job;
+
+/* Register-blocked stride-1, groups-1 conv: OB outputs x VW steps per block, the reduction over
+ * (input channel, tap) in the same order for every output. Steps past the last full block use a
+ * scalar loop with the same expression per element (no FP contraction: -ffp-contract=off). */
+static void conv_block_s1(const conv_job *j, int o0, int no, int64_t t0, int64_t nt) {
+    int cin = j->cin, K = j->k, d = j->dil;
+    int64_t rowlen = (int64_t)cin * K;
+    int64_t t = 0;
+    if (no == OB) {
+        const float *w0 = j->w + (int64_t)o0 * rowlen, *w1 = w0 + rowlen, *w2 = w1 + rowlen, *w3 = w2 + rowlen;
+        for (; t + VW <= nt; t += VW) {
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < cin; i++) {
+                const float *xr = j->x + (int64_t)i * j->lx + t0 + t;
+                for (int k = 0; k < K; k++) {
+                    v8 xv;
+                    memcpy(&xv, xr + (int64_t)k * d, sizeof xv); /* unaligned load */
+                    int64_t wi = (int64_t)i * K + k;
+                    a0 = a0 + w0[wi] * xv;
+                    a1 = a1 + w1[wi] * xv;
+                    a2 = a2 + w2[wi] * xv;
+                    a3 = a3 + w3[wi] * xv;
+                }
+            }
+            v8 acc[OB] = {a0, a1, a2, a3};
+            for (int r = 0; r < OB; r++) {
+                float b = j->b ? j->b[o0 + r] : 0.0f;
+                float *yr = j->y + (int64_t)(o0 + r) * j->ldy + j->yoff;
+                for (int e = 0; e < VW; e++) yr[(t0 + t + e) * j->ystep] = acc[r][e] + b;
+            }
+        }
+    }
+    for (int r = 0; r < no; r++) { /* remaining outputs and steps: same sums, one value at a time */
+        const float *w = j->w + (int64_t)(o0 + r) * rowlen;
+        float b = j->b ? j->b[o0 + r] : 0.0f;
+        float *yr = j->y + (int64_t)(o0 + r) * j->ldy + j->yoff;
+        for (int64_t tt = (no == OB ? t : 0); tt < nt; tt++) {
+            float a = 0.0f;
+            for (int i = 0; i < cin; i++) {
+                const float *xr = j->x + (int64_t)i * j->lx + t0 + tt;
+                for (int k = 0; k < K; k++) a = a + w[(int64_t)i * K + k] * xr[(int64_t)k * d];
+            }
+            yr[(t0 + tt) * j->ystep] = a + b;
+        }
+    }
+}
+
+/* General case (strides, groups): a plain loop with the same per-output order. */
+static void conv_block_generic(const conv_job *j, int o0, int no, int64_t t0, int64_t nt) {
+    int cin_g = j->cin / j->groups, cout_g = j->cout / j->groups;
+    int K = j->k, d = j->dil, s = j->stride;
+    for (int r = 0; r < no; r++) {
+        int o = o0 + r, g = o / cout_g;
+        const float *w = j->w + (int64_t)o * cin_g * K;
+        float b = j->b ? j->b[o] : 0.0f;
+        float *yr = j->y + (int64_t)o * j->ldy + j->yoff;
+        for (int64_t t = 0; t < nt; t++) {
+            float a = 0.0f;
+            for (int i = 0; i < cin_g; i++) {
+                const float *xr = j->x + (int64_t)(g * cin_g + i) * j->lx + (t0 + t) * s;
+                for (int k = 0; k < K; k++) a = a + w[(int64_t)i * K + k] * xr[(int64_t)k * d];
+            }
+            yr[(t0 + t) * j->ystep] = a + b;
+        }
+    }
+}
 
 static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
     const conv_job *j = ctx;
-    const cd_conv *cv = j->cv;
     int64_t ob = idx / j->n_tiles, tile = idx % j->n_tiles;
-    int o0 = (int)(ob * OB), no = cv->cout - o0 < OB ? cv->cout - o0 : OB;
+    int o0 = (int)(ob * OB), no = j->cout - o0 < OB ? j->cout - o0 : OB;
     int64_t t0 = tile * TT, nt = j->ly - t0 < TT ? j->ly - t0 : TT;
-    int cin_g = cv->cin / cv->groups, cout_g = cv->cout / cv->groups;
-    int K = cv->k, d = cv->dil, s = cv->stride;
-    float acc[OB][TT];
-    for (int r = 0; r < no; r++)
-        for (int64_t t = 0; t < nt; t++) acc[r][t] = 0.0f;
-    if (cv->groups == 1) {
-        for (int i = 0; i < cin_g; i++) {
-            for (int k = 0; k < K; k++) {
-                const float *xr = j->x + (int64_t)i * j->lx + t0 * s + (int64_t)k * d;
-                for (int r = 0; r < no; r++) {
-                    float w = cv->w[((int64_t)(o0 + r) * cin_g + i) * K + k];
-                    float *a = acc[r];
-                    if (s == 1)
-                        for (int64_t t = 0; t < nt; t++) a[t] += w * xr[t];
-                    else
-                        for (int64_t t = 0; t < nt; t++) a[t] += w * xr[t * s];
-                }
-            }
-        }
-    } else {
-        for (int r = 0; r < no; r++) {
-            int o = o0 + r, g = o / cout_g;
-            float *a = acc[r];
-            for (int i = 0; i < cin_g; i++)
-                for (int k = 0; k < K; k++) {
-                    float w = cv->w[((int64_t)o * cin_g + i) * K + k];
-                    const float *xr = j->x + (int64_t)(g * cin_g + i) * j->lx + t0 * s + (int64_t)k * d;
-                    for (int64_t t = 0; t < nt; t++) a[t] += w * xr[t * s];
-                }
-        }
-    }
-    for (int r = 0; r < no; r++) {
-        float b = cv->b ? cv->b[o0 + r] : 0.0f;
-        float *yr = j->y + (int64_t)(o0 + r) * j->ly + t0;
-        for (int64_t t = 0; t < nt; t++) yr[t] = acc[r][t] + b;
-    }
+    if (j->stride == 1 && j->groups == 1) conv_block_s1(j, o0, no, t0, nt);
+    else conv_block_generic(j, o0, no, t0, nt);
 }
 
-/* Transposed conv: output block j (s samples) = bias + sum over r of taps q + r*s of input j - r. */
-static void convt_task(void *ctx, int64_t idx, int worker) {
-    (void)worker;
-    const conv_job *j = ctx;
-    const cd_conv *cv = j->cv;
-    int64_t ob = idx / j->n_tiles, tile = idx % j->n_tiles;
-    int o0 = (int)(ob * OB), no = cv->cout - o0 < OB ? cv->cout - o0 : OB;
-    int64_t t0 = tile * TT, nt = j->ly - t0 < TT ? j->ly - t0 : TT;
-    int K = cv->k, s = cv->stride, cin = cv->cin, R = (K + s - 1) / s;
-    float acc[TT];
-    for (int r = 0; r < no; r++) {
-        int o = o0 + r;
-        for (int q = 0; q < s; q++) {
-            for (int64_t t = 0; t < nt; t++) acc[t] = 0.0f;
-            for (int rr = 0; rr < R; rr++) {
-                int tap = q + rr * s;
-                if (tap >= K) break;
-                const float *w = cv->w + ((int64_t)o * K + tap) * cin;
-                /* input j - rr sits at column hist + j - rr of x */
-                const float *xb = j->x + cv->hist + t0 - rr;
-                for (int i = 0; i < cin; i++) {
-                    float wv = w[i];
-                    const float *xr = xb + (int64_t)i * j->lx;
-                    for (int64_t t = 0; t < nt; t++) acc[t] += wv * xr[t];
-                }
-            }
-            float b = cv->b ? cv->b[o] : 0.0f;
-            float *yr = j->y + (int64_t)o * (j->ly * s) + t0 * s + q;
-            for (int64_t t = 0; t < nt; t++) yr[t * s] = acc[t] + b;
-        }
-    }
+static void run_job(conv_job *j, dr_pool *pool) {
+    j->n_tiles = (j->ly + TT - 1) / TT;
+    int64_t n_ob = (j->cout + OB - 1) / OB;
+    dr_pool_run(pool, n_ob * j->n_tiles, conv_task, j);
 }
 
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L) { return cv->transposed ? L * cv->stride : L / cv->stride; }
@@ -123,11 +133,23 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
         }
         xin = buf;
     }
-    conv_job j = {.cv = cv, .x = xin, .lx = lx, .y = y};
-    j.ly = cv->transposed ? L : L / cv->stride;
-    j.n_tiles = (j.ly + TT - 1) / TT;
-    int64_t n_ob = (cv->cout + OB - 1) / OB;
-    dr_pool_run(pool, n_ob * j.n_tiles, cv->transposed ? convt_task : conv_task, &j);
+    conv_job j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = lx, .y = y};
+    if (cv->transposed) {
+        /* phase q of the output (samples j*s + q) is a stride-1 conv of the input with the taps
+         * q + r*s (re-laid at load as cv->w[q]: [cout][cin][R], tap order oldest input first) */
+        int s = cv->stride, R = (cv->k + s - 1) / s;
+        j.k = R, j.dil = 1, j.stride = 1, j.groups = 1;
+        j.ly = L, j.ldy = L * s, j.ystep = s;
+        for (int q = 0; q < s; q++) {
+            j.w = cv->w + (int64_t)q * cv->cout * cv->cin * R;
+            j.yoff = q;
+            run_job(&j, pool);
+        }
+    } else {
+        j.w = cv->w, j.k = cv->k, j.dil = cv->dil, j.stride = cv->stride, j.groups = cv->groups;
+        j.ly = L / cv->stride, j.ldy = j.ly, j.ystep = 1, j.yoff = 0;
+        run_job(&j, pool);
+    }
     if (cv->hist > 0) { /* keep the last hist input columns for the next call */
         for (int i = 0; i < cv->cin; i++)
             memcpy(hist + (int64_t)i * cv->hist, buf + (int64_t)i * lx + L, (size_t)cv->hist * sizeof(float));
