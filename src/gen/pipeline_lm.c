@@ -7,6 +7,8 @@
 #include "gen/frameloop.h"
 #include "gen/pipeline_adapt.h"
 #include "gen/session.h"
+#include "io/audio_in.h"
+#include "text/chunk.h"
 
 struct dr_pl_lm {
     dr_gen_lm *g;
@@ -24,19 +26,57 @@ struct dr_pl_gen {
 };
 
 drama_status dr_pl_encode_audio_file(drama_model *m, const char *path, dr_codes *out, drama_error *err) {
-    (void)m;
-    (void)out;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "%s: audio references need io/audio_in (not built yet)", path);
+    memset(out, 0, sizeof *out);
+    if (!m->codec) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: codec not loaded for encoding");
+    const dr_codec_config *cc = dr_codec_cfg(m->codec);
+    dr_audio_in_opts ao = {.target_rate = cc->sample_rate, .max_seconds = 0};
+    float *x = NULL;
+    int64_t n = 0;
+    drama_status st = dr_audio_read(path, &ao, &x, &n, err);
+    int32_t *codes = NULL;
+    int64_t frames = 0;
+    if (st == DRAMA_OK) st = dr_codec_encode(m->codec, x, n, &codes, &frames, NULL, NULL, err);
+    free(x);
+    if (st != DRAMA_OK) return st;
+    if (frames <= 0) {
+        free(codes);
+        return dr_fail(err, DRAMA_EEMPTY, "%s: no frames after encoding", path);
+    }
+    out->n_frames = frames;
+    out->n_codebooks = cc->num_codebooks;
+    out->data = codes;
+    if (out->n_codebooks != m->cfg->audio.num_codebooks) {
+        dr_codes_free(out);
+        return dr_fail(err, DRAMA_ESHAPE, "codec gives %d codebooks per frame, the model expects %d",
+                       cc->num_codebooks, m->cfg->audio.num_codebooks);
+    }
+    return DRAMA_OK;
 }
 
 drama_status dr_pl_text_batches(drama_model *m, const drama_request *req, dr_pl_text *out, drama_error *err) {
-    (void)m;
-    (void)req;
-    out->batch = calloc(1, sizeof *out->batch);
-    if (!out->batch) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
-    out->batch[0] = strdup(out->full);
-    if (!out->batch[0]) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
-    out->n_batches = 1;
+    dr_chunk_options co;
+    dr_chunk_options_default(&co);
+    if (req->chunk_tokens > 0) co.max_tokens = req->chunk_tokens;
+    co.default_speaker_tag = m->cfg->sw.prompt_default_speaker_tag;
+    dr_chunks ch;
+    memset(&ch, 0, sizeof ch);
+    drama_status st = dr_chunk_text(m->tok, out->full, strlen(out->full), &co, &ch, err);
+    if (st != DRAMA_OK) return st;
+    if (ch.n <= 0) {
+        dr_chunks_free(&ch);
+        return dr_fail(err, DRAMA_EEMPTY, "text: nothing to speak");
+    }
+    out->batch = calloc((size_t)ch.n, sizeof *out->batch);
+    if (!out->batch) {
+        dr_chunks_free(&ch);
+        return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < ch.n; i++) {
+        out->batch[i] = ch.text[i];
+        ch.text[i] = NULL;
+        out->n_batches++;
+    }
+    dr_chunks_free(&ch);
     return DRAMA_OK;
 }
 
