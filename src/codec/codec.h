@@ -77,7 +77,8 @@ drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, dram
 /* Load from named tensors (any source; names as stored, "generator." stripped, stale buffers
  * ignored). cfg: defaults + codec.json; shape-derived values are filled from the tensors.
  * Every missing, unexpected, mis-shaped or incomplete tensor is named in the error (up to a
- * message's length). Weight norm is folded here; the tensors need not outlive the codec. */
+ * message's length). Weight norm is folded here; the tensors need not outlive the codec.
+ * parts = 0 only checks the tensors (nothing copied): a check for `drama inspect`. */
 drama_status dr_codec_load(const dr_tensor *tensors, int64_t n, const dr_codec_config *cfg, unsigned parts,
                            const char *label, dr_codec **out, drama_error *err);
 void dr_codec_free(dr_codec *c);
