@@ -159,7 +159,11 @@ static void print_checkpoint(const dr_ckpt *ck, FILE *out) {
             free(txt);
         }
     }
-    for (int i = 0; i < dr_ckpt_warning_count(ck); i++) fprintf(out, "- warning: %s\n", dr_ckpt_warning(ck, i));
+    for (int i = 0; i < dr_ckpt_warning_count(ck); i++) {
+        const char *w = dr_ckpt_warning(ck, i);
+        /* codec.safetensors is never a weight shard; the codec section covers it */
+        fprintf(out, "- warning: %s%s\n", w, strstr(w, "'codec.safetensors'") ? " (it is the codec: see ## codec)" : "");
+    }
     int64_t n = dr_ckpt_count(ck);
     dr_fold_item *items = calloc((size_t)(n > 0 ? n : 1), sizeof *items);
     char (*groups)[32] = calloc((size_t)(n > 0 ? n : 1), sizeof *groups);

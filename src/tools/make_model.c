@@ -269,11 +269,29 @@ static drama_status write_config(const char *dir, const dr_mm_options *o, const 
     return DRAMA_OK;
 }
 
+/* mkdir -p */
+static drama_status make_dirs(const char *dir, drama_error *err) {
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof buf) return dr_fail(err, DRAMA_EINVAL, "output directory: bad path '%s'", dir);
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return dr_fail(err, DRAMA_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return dr_fail(err, DRAMA_EIO, "%s: not a directory", dir);
+    return DRAMA_OK;
+}
+
 drama_status dr_make_model(const char *dir, const dr_mm_options *o, drama_error *err) {
     drama_status st = dr_mm_validate(o, err);
     if (st) return st;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return dr_fail(err, DRAMA_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+    if ((st = make_dirs(dir, err))) return st;
     dr_mm_token_ids ids;
     if ((st = dr_mm_write_tokenizer(dir, &o->dims, &ids, err))) return st;
     int64_t vocab = o->dims.vocab ? o->dims.vocab : ids.n_tokens;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# drama make-model: every expert format, layout, pruning and sharding loads (drama inspect exit 0,
+# no finding, the expected layout/format on every layer); the same seed gives identical files
+# (sha256), another seed different weights; bad options fail with a message naming the flag;
+# the `make demo` commands work.
+set -u
+[ -n "${DRAMA_BIN:-}" ] && [ -x "$DRAMA_BIN" ] || { echo "DRAMA_BIN not set"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+# a shape that is not the golden one: non-square experts, 6 layers with attention every 3rd
+DIMS="--shape custom --hidden 96 --layers 6 --full-attention-interval 3 --num-experts 8 --top-k 2 --moe-inter 64 --shared-inter 32 --head-dim 32 --tower-dim 48 --tower-inter 80"
+
+gen_check() { # name want-layout-regex make-model-args...
+    local name=$1 want=$2
+    shift 2
+    "$DRAMA_BIN" make-model "$T/$name" $DIMS "$@" > "$T/$name.make" 2>&1 || { bad "$name: make-model: $(cat "$T/$name.make")"; return; }
+    "$DRAMA_BIN" inspect "$T/$name" > "$T/$name.out" 2>&1 || { bad "$name: inspect exit non-zero"; sed -n '/^## findings/,$p' "$T/$name.out"; return; }
+    grep -q '^LOADABLE: 0 fatal findings$' "$T/$name.out" || bad "$name: not loadable"
+    grep -qx '(tensors: 0 missing, 0 mis-shaped, 0 unsupported, 0 incomplete, 0 unexpected, 0 ignored)' "$T/$name.out" || bad "$name: findings"
+    local n
+    n=$(grep -cE "^  - [0-9]+: (linear|full)_attention, $want\$" "$T/$name.out")
+    [ "$n" -eq 6 ] || bad "$name: layout '$want' on $n of 6 layers"
+    grep -q '^- codec loads: ' "$T/$name.out" || bad "$name: codec does not load"
+    echo "$name: loadable, '$want' on all 6 layers"
+}
+
+gen_check bf16 'per-expert, 8/8, BF16' --seed 5
+gen_check fp8 'per-expert, 8/8, block FP8 128x128' --seed 5 --experts fp8
+gen_check nvfp4 'per-expert, 8/8, NVFP4' --seed 5 --experts nvfp4
+gen_check q4 'per-expert, 8/8, affine 4-bit group 64' --seed 5 --experts q4 --hidden 128
+gen_check q4g32 'per-expert, 8/8, affine 4-bit group 32' --seed 5 --experts q4 --q4-group 32
+gen_check fused 'fused, 8/8, BF16' --seed 5 --layout fused
+gen_check pruned 'per-expert, 3/8, BF16' --seed 5 --prune 3 --shards 4
+gen_check fusedpruned 'fused, 4/8, BF16' --seed 5 --prune 4 --layout fused --shards 1
+
+grep -q '^- drama_experts: {"0":\[' "$T/pruned.out" || bad "pruned: drama_experts not in the index"
+[ "$(ls "$T"/pruned/model-0000?-of-00004.safetensors | wc -l)" -eq 4 ] || bad "pruned: not 4 shards"
+grep -q '"quant_method": "fp8"' "$T/fp8/config.json" || bad "fp8: quantization_config missing"
+[ -f "$T/nvfp4/hf_quant_config.json" ] || bad "nvfp4: hf_quant_config.json missing"
+
+# determinism: same seed -> identical files; another seed -> other weights
+"$DRAMA_BIN" make-model "$T/fp8b" $DIMS --seed 5 --experts fp8 > /dev/null 2>&1 || bad "fp8b: make-model"
+(cd "$T/fp8" && sha256sum * | sort) > "$T/fp8.sha"
+(cd "$T/fp8b" && sha256sum * | sort) > "$T/fp8b.sha"
+diff "$T/fp8.sha" "$T/fp8b.sha" > /dev/null || { bad "same seed gave different files"; diff "$T/fp8.sha" "$T/fp8b.sha"; }
+"$DRAMA_BIN" make-model "$T/fp8c" $DIMS --seed 6 --experts fp8 > /dev/null 2>&1 || bad "fp8c: make-model"
+cmp -s "$T/fp8/model-00002-of-00002.safetensors" "$T/fp8c/model-00002-of-00002.safetensors" && bad "another seed gave the same experts"
+echo "same seed: $(wc -l < "$T/fp8.sha") files identical (sha256)"
+
+# bad options name the flag and exit 2
+check_bad() { # want-substring args...
+    local want=$1
+    shift
+    "$DRAMA_BIN" make-model "$T/bad" "$@" > "$T/bad.out" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] || bad "make-model $*: exit $rc, expected 2"
+    grep -q -- "$want" "$T/bad.out" || bad "make-model $*: message lacks '$want': $(cat "$T/bad.out")"
+}
+check_bad '--prune' --prune 1
+check_bad '--q4-group' --experts q4 --q4-group 48
+check_bad '--experts' --experts int3
+check_bad '--layout' --layout fused --experts nvfp4
+check_bad '--shape' --shape enormous
+check_bad '--top-k' --top-k 99
+check_bad 'unknown option' --frobnicate 1
+
+# the demo commands (Makefile `demo`)
+"$DRAMA_BIN" make-model "$T/models/tiny-random" --shape tiny --seed 1 > /dev/null || bad "demo make-model"
+"$DRAMA_BIN" inspect "$T/models/tiny-random" > "$T/demo.out" || bad "demo inspect exit non-zero"
+[ $fail -eq 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
