@@ -157,15 +157,14 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
         int64_t sbase = r * w->scale_cols;
         int64_t g = w->group; /* 32, 64 or 128: a multiple of 8 */
         float sv[64], bv[64];
-        for (int64_t c0 = 0; c0 < cols; c0 += g) {
-            int64_t gi = c0 / g;
-            if (gi % 64 == 0) { /* scales and biases of the next 64 groups, the dtype switch hoisted */
+        for (int64_t gi = 0, c0 = 0; c0 < cols; gi++, c0 += g) { /* no division per group */
+            if ((gi & 63) == 0) { /* scales and biases of the next 64 groups, the dtype switch hoisted */
                 int cnt = w->scale_cols - gi < 64 ? (int)(w->scale_cols - gi) : 64;
                 load_scales(w->scales, w->scale_dtype, sbase + gi, cnt, sv);
                 load_scales(w->biases, w->scale_dtype, sbase + gi, cnt, bv);
             }
-            __m256 s = _mm256_set1_ps(sv[gi % 64]);
-            __m256 b = _mm256_set1_ps(bv[gi % 64]);
+            __m256 s = _mm256_set1_ps(sv[gi & 63]);
+            __m256 b = _mm256_set1_ps(bv[gi & 63]);
             for (int64_t c = c0; c < c0 + g; c += 8) {
                 __m256i q = w->bits == 4 ? nibbles8(row + c / 2) : load8_u8(row + c);
                 /* mul then add (no fma): the reference's two roundings */
@@ -272,20 +271,23 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     }
     if (e4m3_row_has_nan(row, cols)) return 0;
     const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
-    float s = 0;
-    __m256 vs = _mm256_setzero_ps();
-    for (int64_t k = 0; k < body; k += 32) {
-        if (k % bc == 0) {
-            s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + k / bc);
-            vs = _mm256_set1_ps(s * 0x1p120f);
-        }
+    float sv[64];
+    /* block by block (no division in the loop); scales fetched 64 blocks at a time */
+    for (int64_t c0 = 0; c0 < body; c0 += bc) {
+        int64_t bi = c0 / bc;
+        if (per_tensor) sv[0] = w->global_scale;
+        else if ((bi & 63) == 0) load_scales(w->scales, w->scale_dtype, sbase + bi, nsc - bi < 64 ? (int)(nsc - bi) : 64, sv);
+        __m256 vs = _mm256_set1_ps(sv[per_tensor ? 0 : bi & 63] * 0x1p120f);
+        int64_t c1 = c0 + bc < body ? c0 + bc : body;
+        for (int64_t k = c0; k < c1; k += 32) {
 #define E8(j) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8(row + k + 8 * (j)), 20), \
         keep)), vs)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(0), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), E8(1), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), E8(2), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), E8(3), a3);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), E8(1), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), E8(2), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), E8(3), a3);
 #undef E8
+        }
     }
     t = hsum_canonical(a0, a1, a2, a3);
     for (int64_t k = body; k < cols; k++) {
