@@ -139,10 +139,10 @@ drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets
     if ((st = dr_backbone_bind(&lm->bb, lm->ld, err))) goto fail;
     dr_tower_dims td;
     if ((st = dr_tower_dims_from_config(lm->cfg, &td, err))) goto fail;
+    /* tower problems join the backbone's findings: one report names everything */
     drama_error terr = {0};
-    drama_status tst = dr_tower_bind(&lm->tower, &td, dr_loader_find, lm->ld, &terr);
+    drama_status tst = dr_tower_bind_findings(&lm->tower, &td, dr_loader_find, lm->ld, dr_loader_findings(lm->ld), &terr);
     dr_loader_finish(lm->ld);
-    /* every backbone finding first (the whole report), then the tower's first problem */
     if ((st = dr_findings_check(dr_loader_findings(lm->ld), lm->cfg->sw.loader_strict, err))) goto fail;
     if (tst) {
         st = dr_fail(err, tst, "%s", terr.message);

@@ -2,6 +2,7 @@
 #include "model/tower.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,58 +64,93 @@ drama_status dr_tower_dims_from_config(const dr_config *cfg, dr_tower_dims *d, d
 
 /* ---------------- binding ---------------- */
 
-static drama_status bind_vec(dr_tower_find_fn find, void *ctx, const char *name, int64_t expect, int64_t *got,
-                             float offset, float **out, drama_error *err) {
-    const dr_tensor *t = find(ctx, name);
-    if (!t) return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: missing", name);
+/* Where binding problems go: the first one fails the bind (findings == NULL), or every one
+ * becomes a loader finding (MODEL.md 4.5: one load reports everything) and the bind fails at
+ * the end. */
+typedef struct binder {
+    dr_tower_find_fn find;
+    void *ctx;
+    dr_findings *findings;
+    int problems;
+    drama_error *err;
+} binder;
+
+static drama_status problem(binder *b, dr_finding_kind kind, const char *name, const char *fmt, ...) DR_PRINTF(4, 5);
+static drama_status problem(binder *b, dr_finding_kind kind, const char *name, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    b->problems++;
+    if (b->findings) dr_findings_add(b->findings, kind, name, "%s", detail);
+    if (kind == DR_FIND_MISSING) return dr_fail(b->err, DRAMA_ESHAPE, "tower tensor %s: missing", name);
+    return dr_fail(b->err, kind == DR_FIND_UNSUPPORTED ? DRAMA_EUNSUPPORTED : DRAMA_ESHAPE, "tower tensor %s: %s", name,
+                   detail);
+}
+
+static drama_status bind_vec(binder *b, const char *name, int64_t expect, int64_t *got, float offset, float **out) {
+    const dr_tensor *t = b->find(b->ctx, name);
+    if (!t) return problem(b, DR_FIND_MISSING, name, "%s", "");
     if (t->ndim != 1 || (expect > 0 && t->shape[0] != expect))
-        return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: expected [%lld], found %d-D [%lld%s]", name,
-                       (long long)expect, t->ndim, (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", ..." : "");
+        return problem(b, DR_FIND_MISSHAPED, name, "expected [%lld], found %d-D [%lld%s]", (long long)expect, t->ndim,
+                       (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", ..." : "");
     *out = dr_alloc((size_t)t->shape[0] * sizeof(float));
-    if (!*out) return dr_fail(err, DRAMA_ENOMEM, "tower tensor %s: out of memory", name);
-    drama_status st = dr_st_to_f32(t, *out, err);
-    if (st) {
-        dr_error_prefix(err, "tower tensor %s: ", name);
-        return st;
-    }
+    if (!*out) return dr_fail(b->err, DRAMA_ENOMEM, "tower tensor %s: out of memory", name);
+    drama_error e = {0};
+    if (dr_st_to_f32(t, *out, &e)) return problem(b, DR_FIND_UNSUPPORTED, name, "%s", e.message);
     for (int64_t i = 0; i < t->shape[0]; i++) (*out)[i] += offset;
     if (got) *got = t->shape[0];
     return DRAMA_OK;
 }
 
-/* A matrix [rows, cols] in any stored format; companions found by their conventional names. */
-static drama_status bind_mat(dr_tower_find_fn find, void *ctx, const char *name, int64_t rows, int64_t cols,
-                             dr_weight *w, drama_error *err) {
-    const dr_tensor *t = find(ctx, name);
-    if (!t) return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: missing", name);
+/* A matrix [rows, cols] in any stored format (rows < 0: at least -rows; 0: any); companions
+ * found by their conventional names. */
+static drama_status bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, dr_weight *w) {
+    const dr_tensor *t = b->find(b->ctx, name);
+    if (!t) return problem(b, DR_FIND_MISSING, name, "%s", "");
     char base[256], buf[300];
     snprintf(base, sizeof base, "%s", name);
     size_t bl = strlen(base);
     if (bl > 7 && !strcmp(base + bl - 7, ".weight")) base[bl - 7] = 0;
     snprintf(buf, sizeof buf, "%s.weight_scale_inv", base);
-    const dr_tensor *scale = find(ctx, buf);
+    const dr_tensor *scale = b->find(b->ctx, buf);
     if (!scale) {
         snprintf(buf, sizeof buf, "%s.weight_scale", base);
-        scale = find(ctx, buf);
+        scale = b->find(b->ctx, buf);
     }
     if (!scale) {
         snprintf(buf, sizeof buf, "%s.scales", base);
-        scale = find(ctx, buf);
+        scale = b->find(b->ctx, buf);
     }
     snprintf(buf, sizeof buf, "%s.weight_scale_2", base);
-    const dr_tensor *scale2 = find(ctx, buf);
+    const dr_tensor *scale2 = b->find(b->ctx, buf);
     snprintf(buf, sizeof buf, "%s.biases", base);
-    const dr_tensor *bias = find(ctx, buf);
-    drama_status st = dr_weight_bind_ex(t, scale, scale2, bias, -1, 0, 0, cols > 0 ? cols : 0, w, err);
-    if (st) return st;
+    const dr_tensor *bias = b->find(b->ctx, buf);
+    /* a dense matrix shows its logical shape: name a wrong one before the format checks do */
+    int dense = t->dtype == DR_DT_BF16 || t->dtype == DR_DT_F32 || t->dtype == DR_DT_F16;
+    if (dense && t->ndim == 2 &&
+        ((rows > 0 && t->shape[0] != rows) || (rows < 0 && t->shape[0] < -rows) || (cols > 0 && t->shape[1] != cols)))
+        return problem(b, DR_FIND_MISSHAPED, name, "expected [%s%lld, %lld], found [%lld, %lld]", rows < 0 ? ">= " : "",
+                       (long long)(rows < 0 ? -rows : rows), (long long)cols, (long long)t->shape[0],
+                       (long long)t->shape[1]);
+    drama_error e = {0};
+    if (dr_weight_bind_ex(t, scale, scale2, bias, -1, 0, 0, cols > 0 ? cols : 0, w, &e))
+        return problem(b, DR_FIND_UNSUPPORTED, name, "%s", e.message);
     if ((rows > 0 && w->rows != rows) || (rows < 0 && w->rows < -rows) || (cols > 0 && w->cols != cols))
-        return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: expected [%s%lld, %lld], found [%lld, %lld]", name,
-                       rows < 0 ? ">= " : "", (long long)(rows < 0 ? -rows : rows), (long long)cols,
-                       (long long)w->rows, (long long)w->cols);
+        return problem(b, DR_FIND_MISSHAPED, name, "expected [%s%lld, %lld], found [%lld, %lld]", rows < 0 ? ">= " : "",
+                       (long long)(rows < 0 ? -rows : rows), (long long)cols, (long long)w->rows, (long long)w->cols);
     return DRAMA_OK;
 }
 
-static drama_status bind_layer(dr_tower *t, int l, dr_tower_find_fn find, void *ctx, drama_error *err) {
+/* In findings mode a problem is recorded and binding goes on; out of memory always stops. */
+#define TRY(x)                                                        \
+    do {                                                              \
+        drama_status s_ = (x);                                        \
+        if (s_ && (!b->findings || s_ == DRAMA_ENOMEM)) return s_;    \
+    } while (0)
+
+static drama_status bind_layer(dr_tower *t, int l, binder *b) {
     const dr_tower_dims *d = &t->d;
     dr_tower_layer *L = &t->layers[l];
     if (l < d->n_shared) snprintf(L->prefix, sizeof L->prefix, SHARED_PREFIX "%d.", l);
@@ -122,41 +158,34 @@ static drama_status bind_layer(dr_tower *t, int l, dr_tower_find_fn find, void *
     char n[256];
     float off = (float)d->norm_offset;
     int64_t de = 0, dh = 0;
-    drama_status st;
 #define NAME(s) (snprintf(n, sizeof n, "%s%s", L->prefix, s), n)
-    if ((st = bind_vec(find, ctx, NAME("enorm.weight"), l ? t->layers[0].de : 0, &de, off, &L->enorm, err))) return st;
-    if ((st = bind_vec(find, ctx, NAME("hnorm.weight"), l ? d->dim : 0, &dh, off, &L->hnorm, err))) return st;
+    TRY(bind_vec(b, NAME("enorm.weight"), l ? t->layers[0].de : 0, &de, off, &L->enorm));
+    TRY(bind_vec(b, NAME("hnorm.weight"), l ? d->dim : 0, &dh, off, &L->hnorm));
     L->de = (int)de;
     L->dh = (int)dh;
     int64_t D = d->dim, hd = d->head_dim;
     int64_t qkv = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd;
-    if ((st = bind_mat(find, ctx, NAME("eh_proj.weight"), D, de + dh, &L->eh_proj, err))) return st;
-    if ((st = bind_vec(find, ctx, NAME("attention_norm.weight"), D, NULL, off, &L->attention_norm, err))) return st;
-    if ((st = bind_vec(find, ctx, NAME("ffn_norm.weight"), D, NULL, off, &L->ffn_norm, err))) return st;
-    if ((st = bind_vec(find, ctx, NAME("out_norm.weight"), D, NULL, off, &L->out_norm, err))) return st;
-    if ((st = bind_mat(find, ctx, NAME("attention.wqkv.weight"), qkv, D, &L->wqkv, err))) return st;
-    if ((st = bind_mat(find, ctx, NAME("attention.wo.weight"), D, (int64_t)d->n_head * hd, &L->wo, err))) return st;
-    if ((st = bind_mat(find, ctx, NAME("feed_forward.w1.weight"), l ? t->ffn : (d->ffn > 0 ? d->ffn : 0), D, &L->w1,
-                       err)))
-        return st;
-    if (l == 0) {
-        if (d->ffn > 0 && L->w1.rows != d->ffn)
-            return dr_fail(err, DRAMA_ESHAPE, "tower tensor %s: %lld rows, config intermediate_size is %lld", n,
-                           (long long)L->w1.rows, (long long)d->ffn);
-        t->ffn = L->w1.rows;
-    }
-    if ((st = bind_mat(find, ctx, NAME("feed_forward.w3.weight"), t->ffn, D, &L->w3, err))) return st;
-    if ((st = bind_mat(find, ctx, NAME("feed_forward.w2.weight"), D, t->ffn, &L->w2, err))) return st;
+    /* widths unknown after a problem above: check the rows only (no cascade of findings) */
+    TRY(bind_mat(b, NAME("eh_proj.weight"), D, (de && dh) ? de + dh : 0, &L->eh_proj));
+    TRY(bind_vec(b, NAME("attention_norm.weight"), D, NULL, off, &L->attention_norm));
+    TRY(bind_vec(b, NAME("ffn_norm.weight"), D, NULL, off, &L->ffn_norm));
+    TRY(bind_vec(b, NAME("out_norm.weight"), D, NULL, off, &L->out_norm));
+    TRY(bind_mat(b, NAME("attention.wqkv.weight"), qkv, D, &L->wqkv));
+    TRY(bind_mat(b, NAME("attention.wo.weight"), D, (int64_t)d->n_head * hd, &L->wo));
+    if (l == 0) t->ffn = d->ffn > 0 ? d->ffn : 0;
+    TRY(bind_mat(b, NAME("feed_forward.w1.weight"), t->ffn, D, &L->w1));
+    if (l == 0 && !t->ffn) t->ffn = L->w1.rows; /* no config value: the shape decides */
+    TRY(bind_mat(b, NAME("feed_forward.w3.weight"), t->ffn, D, &L->w3));
+    TRY(bind_mat(b, NAME("feed_forward.w2.weight"), D, t->ffn, &L->w2));
     if (d->qk_norm) {
-        if ((st = bind_vec(find, ctx, NAME("attention.q_norm.weight"), hd, NULL, off, &L->q_norm, err))) return st;
-        if ((st = bind_vec(find, ctx, NAME("attention.k_norm.weight"), hd, NULL, off, &L->k_norm, err))) return st;
+        TRY(bind_vec(b, NAME("attention.q_norm.weight"), hd, NULL, off, &L->q_norm));
+        TRY(bind_vec(b, NAME("attention.k_norm.weight"), hd, NULL, off, &L->k_norm));
     }
 #undef NAME
     return DRAMA_OK;
 }
 
-drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
-                           drama_error *err) {
+static drama_status bind_all(dr_tower *t, const dr_tower_dims *d, binder *b) {
     memset(t, 0, sizeof *t);
     t->d = *d;
     t->n_heads_out = d->num_codebooks - 1;
@@ -164,28 +193,38 @@ drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn
     t->layers = dr_calloc((size_t)t->n_layers, sizeof *t->layers);
     t->heads = dr_calloc((size_t)t->n_heads_out, sizeof *t->heads);
     t->rope_freq = dr_calloc((size_t)(d->rope_dims / 2 + 1), sizeof(float));
-    drama_status st = DRAMA_OK;
-    if (!t->layers || !t->heads || !t->rope_freq) {
-        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory");
-        goto fail;
-    }
-    for (int l = 0; l < t->n_layers; l++)
-        if ((st = bind_layer(t, l, find, ctx, err))) goto fail;
+    if (!t->layers || !t->heads || !t->rope_freq) return dr_fail(b->err, DRAMA_ENOMEM, "tower: out of memory");
+    for (int l = 0; l < t->n_layers; l++) TRY(bind_layer(t, l, b));
     t->input_dim = t->layers[0].dh;
-    int64_t de = t->layers[0].de;
-    if ((st = bind_mat(find, ctx, d->code_table, -(int64_t)d->num_codebooks * d->code_stride, de, &t->code_table, err)))
-        goto fail;
+    TRY(bind_mat(b, d->code_table, -(int64_t)d->num_codebooks * d->code_stride, t->layers[0].de, &t->code_table));
     for (int j = 0; j < t->n_heads_out; j++) {
         char n[128];
         snprintf(n, sizeof n, HEAD_PREFIX "%d.weight", j);
-        if ((st = bind_mat(find, ctx, n, -(int64_t)d->head_vocab, d->dim, &t->heads[j], err))) goto fail;
+        TRY(bind_mat(b, n, -(int64_t)d->head_vocab, d->dim, &t->heads[j]));
+    }
+    if (b->problems) {
+        drama_status code = b->err ? b->err->code : DRAMA_ESHAPE;
+        if (b->problems > 1) dr_error_prefix(b->err, "tower: %d problems, the first: ", b->problems);
+        return code ? code : DRAMA_ESHAPE;
     }
     /* f_i = base^(-2i/R) with R = rope_dims, or head_dim with tower.rope_freq_dims = head_dim */
     double denom = d->rope_freq_head_dim ? d->head_dim : d->rope_dims;
     for (int i = 0; i < d->rope_dims / 2; i++) t->rope_freq[i] = (float)pow(d->rope_base, -2.0 * i / denom);
     return DRAMA_OK;
-fail:
-    dr_tower_release(t);
+}
+#undef TRY
+
+drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
+                           drama_error *err) {
+    return dr_tower_bind_findings(t, d, find, ctx, NULL, err);
+}
+
+drama_status dr_tower_bind_findings(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
+                                    dr_findings *findings, drama_error *err) {
+    drama_error local = {0};
+    binder b = {find, ctx, findings, 0, err ? err : &local};
+    drama_status st = bind_all(t, d, &b);
+    if (st) dr_tower_release(t);
     return st;
 }
 

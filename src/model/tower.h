@@ -20,6 +20,7 @@
 #include "base/pool.h"
 #include "base/tensor.h"
 #include "model/config.h"
+#include "model/loader.h"
 #include "num/weight.h"
 
 /* Everything the tower math needs, from config + switches (or set directly by a benchmark). */
@@ -74,6 +75,11 @@ typedef const dr_tensor *(*dr_tower_find_fn)(void *ctx, const char *name);
 /* Bind every tower tensor; shapes checked against dims, errors name the tensor and both shapes. */
 drama_status dr_tower_bind(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
                            drama_error *err);
+/* The same, recording every problem as a finding (missing / mis-shaped / unsupported, MODEL.md
+ * 4.5) instead of stopping at the first; fails at the end (ESHAPE, the first problem's message,
+ * prefixed with the count) when there was any. Use with dr_loader_find and dr_loader_findings. */
+drama_status dr_tower_bind_findings(dr_tower *t, const dr_tower_dims *d, dr_tower_find_fn find, void *ctx,
+                                    dr_findings *findings, drama_error *err);
 void dr_tower_release(dr_tower *t); /* frees the fp32 norm copies and arrays; t itself is the caller's */
 
 /* Per-request KV caches of all layers, positions 0..len-1. Grows as needed. */

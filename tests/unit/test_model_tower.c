@@ -242,11 +242,51 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(e.message, "heads.0"));
 }
 
+/* Findings mode: every tower problem is reported, not only the first. */
+typedef struct hide_ctx {
+    shards *sh;
+    dr_tensor fake;
+} hide_ctx;
+
+static const dr_tensor *find_hiding(void *ctx, const char *name) {
+    hide_ctx *h = ctx;
+    if (!strcmp(name, "audio_decoder_mtp.layers.3.ffn_norm.weight")) return NULL;
+    if (!strcmp(name, "audio_decoder_mtp.heads.2.weight")) return NULL;
+    const dr_tensor *t = find_in_shards(h->sh, name);
+    if (t && !strcmp(name, "audio_decoder_mtp_shared.layers.1.attention.wo.weight")) {
+        h->fake = *t;
+        h->fake.shape[0] += 1; /* one more row: mis-shaped */
+        return &h->fake;
+    }
+    return t;
+}
+
+static void test_findings_collect_all(void **state) {
+    fixture *f = *state;
+    hide_ctx h = {&f->sh, {0}};
+    dr_findings fnd = {0};
+    drama_error e = {0};
+    dr_tower t2;
+    assert_int_equal(dr_tower_bind_findings(&t2, &f->tower.d, find_hiding, &h, &fnd, &e), DRAMA_ESHAPE);
+    printf("tower findings: %d; error: %s\n", fnd.n, e.message);
+    dr_findings_print(&fnd, stdout);
+    assert_int_equal(fnd.n, 3);
+    assert_int_equal(dr_findings_count(&fnd, DR_FIND_MISSING), 2);
+    assert_int_equal(dr_findings_count(&fnd, DR_FIND_MISSHAPED), 1);
+    assert_non_null(strstr(e.message, "3 problems"));
+    dr_findings_clear(&fnd);
+    /* without findings: the first problem only */
+    dr_error_clear(&e);
+    assert_int_equal(dr_tower_bind(&t2, &f->tower.d, find_hiding, &h, &e), DRAMA_ESHAPE);
+    assert_non_null(strstr(e.message, "shared.layers.1.attention.wo"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_all_rows),
         cmocka_unit_test(test_generate_matches_teacher_forced),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_findings_collect_all),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
