@@ -92,6 +92,8 @@ typedef struct drama_request {
     int seed_set;
     int max_frames;          /* failure cap per text batch (default 750) */
     int frames;              /* > 0: exactly this many frames (stops early only at the end token) */
+    int frames_per_batch;    /* > 0: exactly this many frames per text batch (long text on models
+                                that never emit the end token, e.g. random test models) */
     int stream;              /* 1: audio delivered chunk by chunk while generating */
     int stream_chunk_frames; /* frames per streamed chunk; 0 = small first chunk, then larger */
     int chunk_tokens;        /* text tokens per batch of long text; 0 = default (64) */

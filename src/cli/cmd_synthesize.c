@@ -92,6 +92,7 @@ static void usage(FILE *f) {
             "  --cfg-gamma G             0..5 guidance strength with a reference (default 0 = off)\n"
             "  --max-frames N            failure cap per text batch (default 750)\n"
             "  --frames N                generate exactly N frames (finish reason 'frames')\n"
+            "  --frames-per-batch N      exactly N frames per text batch (long text on test models)\n"
             "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
             "  --threads N               worker threads (default: all CPUs)\n"
             "  --stream                  write audio while generating\n"
@@ -228,6 +229,8 @@ static int parse_args(int argc, char **argv, synth_args *a) {
             a->max_frames_given = 1;
         } else if (!strcmp(name, "--frames")) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.frames))) return rc;
+        } else if (!strcmp(name, "--frames-per-batch")) {
+            if ((rc = parse_int(name, v, 1, 1000000, &a->req.frames_per_batch))) return rc;
         } else if (!strcmp(name, "--chunk-tokens")) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.chunk_tokens))) return rc;
         } else if (!strcmp(name, "--threads")) {
@@ -265,6 +268,14 @@ static int parse_args(int argc, char **argv, synth_args *a) {
     }
     if (a->req.frames > a->req.max_frames) { /* an explicit cap below an explicit count */
         fprintf(stderr, "drama synthesize: --frames %d exceeds --max-frames %d\n", a->req.frames, a->req.max_frames);
+        return DR_EXIT_USAGE;
+    }
+    if (a->req.frames_per_batch > a->req.max_frames) {
+        if (!a->max_frames_given) a->req.max_frames = a->req.frames_per_batch;
+        else return bad_value("--frames-per-batch", "", "exceeds --max-frames");
+    }
+    if (a->req.frames && a->req.frames_per_batch) {
+        fprintf(stderr, "drama synthesize: --frames and --frames-per-batch exclude each other\n");
         return DR_EXIT_USAGE;
     }
     if (a->req.stream_chunk_frames && !a->req.stream) {
@@ -381,13 +392,15 @@ static json_t *settings_json(const synth_args *a, const drama_result *r, const c
     for (int i = 0; i < a->n_sets; i++) json_array_append_new(sets, json_string(a->sets[i]));
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, r->seed);
-    return json_pack("{s:s?, s:s?, s:o, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:b, s:i, s:b, s:s, s:s, s:o}",
+    json_t *o = json_pack("{s:s?, s:s?, s:o, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:b, s:i, s:b, s:s, s:s, s:o}",
                      "text", a->text, "text_file", a->text_file, "references", refs, "speaker", q->speaker, "seed", seed,
                      "seed_given", q->seed_set, "temperature", (double)q->temperature, "top_p", (double)q->top_p,
                      "cfg_gamma", (double)q->cfg_gamma, "max_frames", q->max_frames, "frames", q->frames,
                      "chunk_tokens", q->chunk_tokens, "threads", a->threads, "stream", q->stream,
                      "stream_chunk_frames", q->stream_chunk_frames, "low_memory", a->low_memory, "format", format,
                      "output", a->out, "set", sets);
+    if (o) json_object_set_new(o, "frames_per_batch", json_integer(q->frames_per_batch));
+    return o;
 }
 
 static void write_receipt(const synth_args *a, const drama_result *r, const char *format, drama_status st,

@@ -57,6 +57,11 @@ drama_status dr_request_validate(const drama_request *req, drama_error *err) {
     if (req->frames < 0) return dr_fail(err, DRAMA_EINVAL, "frames: %d must not be negative", req->frames);
     if (req->frames > req->max_frames)
         return dr_fail(err, DRAMA_EINVAL, "frames: %d exceeds max_frames %d", req->frames, req->max_frames);
+    if (req->frames_per_batch < 0 || req->frames_per_batch > req->max_frames)
+        return dr_fail(err, DRAMA_EINVAL, "frames_per_batch: %d is outside 0..max_frames (%d)", req->frames_per_batch,
+                       req->max_frames);
+    if (req->frames > 0 && req->frames_per_batch > 0)
+        return dr_fail(err, DRAMA_EINVAL, "frames_per_batch: cannot be combined with frames");
     if (req->speaker < -1 || req->speaker > 15)
         return dr_fail(err, DRAMA_EINVAL, "speaker: %d is outside 0..15", req->speaker);
     if (req->stream_chunk_frames < 0)

@@ -188,7 +188,7 @@ static drama_status run(run_ctx *c, drama_error *err) {
         st = dr_pl_gen_prompt(gen, m, &text, b, &refs, &prompt_rows, err);
         if (st != DRAMA_OK) goto out;
         if (b == 0) c->res->prompt_tokens = prompt_rows;
-        int64_t budget = q->frames > 0 ? q->frames - c->n_frames : 0; /* 0 = until the end token */
+        int64_t budget = q->frames > 0 ? q->frames - c->n_frames : q->frames_per_batch; /* 0 = until the end token */
         int ended = 0;
         st = dr_pl_gen_frames(gen, budget, on_frame, c, &ended, err);
         if (st != DRAMA_OK) goto out;
@@ -196,6 +196,8 @@ static drama_status run(run_ctx *c, drama_error *err) {
             snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "frames");
             break;
         }
+        if (!ended && q->frames_per_batch > 0 && b == text.n_batches - 1)
+            snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "frames");
     }
     if (!c->res->finish_reason[0]) snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "end_token");
     if (c->n_frames == 0) {
@@ -247,6 +249,7 @@ drama_status dr_pl_run(drama_session *s, const drama_request *req, drama_audio_f
     c.clock.phase = -1;
     c.clock.t_request = dr_clock_s();
     c.frames_target = req->frames > 0 ? req->frames : req->max_frames;
+    if (req->frames_per_batch > 0) c.frames_target = req->frames_per_batch; /* per batch */
     res->seed = req->seed_set ? req->seed : dr_pl_random_seed();
     res->sample_rate = 44100;
     res->samples_per_frame = 2048;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Long text: split into several batches (TEXT.md 4) with earlier batches kept in context; the
+# frames of all batches form one audio stream (one codec stream), so --stream still equals the
+# whole output; guidance across batches too. The random model never ends a batch by itself, so
+# --frames-per-batch fixes each batch's length.
+set -euo pipefail
+. "$(dirname "$0")/synth_lib.bash"
+cd "$WORK"
+LONG="Hello there, this is the first sentence. And here comes a second one, a bit longer than the first. Finally a third, to close."
+
+set +e
+"$DRAMA_BIN" synthesize --model "$MODEL" --text "$LONG" --chunk-tokens 12 --frames-per-batch 3 --seed 3 -q \
+    -o w.wav --receipt w.json 2>err.txt
+r1=$?
+"$DRAMA_BIN" synthesize --model "$MODEL" --text "$LONG" --chunk-tokens 12 --frames-per-batch 3 --seed 3 -q \
+    -o s.wav --stream --stream-chunk-frames 2 2>>err.txt
+r2=$?
+"$DRAMA_BIN" synthesize --model "$MODEL" --text "$LONG" --chunk-tokens 100000 --frames-per-batch 3 --seed 3 -q -o one.wav \
+    --receipt one.json 2>>err.txt
+r3=$?
+set -e
+[ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ] || fail "long text runs failed: $(cat err.txt)"
+b=$(jq .batches w.json)
+[ "$b" -ge 2 ] || fail "expected several batches with --chunk-tokens 12, got $b"
+[ "$(jq .frames w.json)" -eq $((3 * b)) ] || fail "frames $(jq .frames w.json) != 3 x $b batches"
+[ "$(jq .samples w.json)" -eq $((3 * b * $(jq .samples_per_frame w.json))) ] || fail "samples inconsistent"
+cmp w.wav s.wav || fail "long text: --stream differs from whole"
+[ "$(jq .batches one.json)" -eq 1 ] || fail "a huge budget should keep this text in one batch"
+if cmp -s <(head -c $((44 + 6 * 2048 * 2)) w.wav | tail -c +45) <(head -c $((44 + 6 * 2048 * 2)) one.wav | tail -c +45); then
+    fail "batching had no effect on the audio"
+fi
+ok "long text: $b batches x 3 frames, stream = whole; one batch with a huge budget"
+echo PASS
