@@ -342,10 +342,10 @@ static drama_status load_merges(dr_tok *tok, json_t *merges, drama_error *err) {
         }
         if (!a) return dr_fail(err, DRAMA_EFORMAT, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
         int32_t ia, ib, im;
-        if (!tok_strmap_get(&tok->vocab, a, alen, &ia) || !tok_strmap_get(&tok->vocab, b, blen, &ib))
+        int has_a = tok_strmap_get(&tok->vocab, a, alen, &ia), has_b = tok_strmap_get(&tok->vocab, b, blen, &ib);
+        if (!has_a || !has_b)
             return dr_fail(err, DRAMA_EFORMAT, "model.merges[%zu]: token \"%.*s\" not in model.vocab", i,
-                           (int)(tok_strmap_get(&tok->vocab, a, alen, &ia) ? blen : alen),
-                           tok_strmap_get(&tok->vocab, a, alen, &ia) ? b : a);
+                           (int)(has_a ? blen : alen), has_a ? b : a);
         if (alen + blen >= sizeof buf)
             return dr_fail(err, DRAMA_EFORMAT, "model.merges[%zu]: merged token too long", i);
         memcpy(buf, a, alen);
