@@ -2,9 +2,12 @@
  * non-finite scores at -inf, deterministic top-k (ties to the lower id), renormalisation, SwiGLU
  * experts in their stored format, sigmoid-gated shared expert.
  *
- * Rows are grouped by expert so each expert's weights are read once per call; matmul results are
- * row-independent, so grouping never changes a row's result. Each row sums its experts in rank
- * order from a per-(row, rank) buffer: the sum order depends on nothing but the row. */
+ * Rows are grouped by expert ("groups": each selected expert with the rows that chose it, plus the
+ * shared expert with every row), so each expert's weights are read once per call. All groups run
+ * in two pool passes (gate/up, then down), split into blocks of output rows: a decode step's 8
+ * small experts then share the threads instead of taking turns. Matmul outputs depend only on
+ * their own input row and weight row, so neither grouping nor blocking changes a bit; each row
+ * sums its experts in rank order, which depends on nothing but the row. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,119 +17,186 @@
 #include "base/alloc.h"
 #include "model/backbone_internal.h"
 
-static void swiglu(const dr_weight *gate, const dr_weight *up, const dr_weight *gate_up, const dr_weight *down,
-                   int64_t I, const float *x, int64_t m, float *gu, float *act, float *y, dr_pool *pool) {
-    if (gate_up) {
-        dr_cpu_matmul(gate_up, x, m, gu, pool); /* [m][2I]: gate then up */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < I; j++) act[i * I + j] = dr_siluf(gu[i * 2 * I + j]) * gu[i * 2 * I + I + j];
-    } else {
-        dr_cpu_matmul(gate, x, m, gu, pool);
-        dr_cpu_matmul(up, x, m, gu + m * I, pool);
-        for (int64_t i = 0; i < m * I; i++) act[i] = dr_siluf(gu[i]) * gu[m * I + i];
+#define BLOCK 32 /* output rows per task */
+
+typedef struct group {
+    const dr_weight *gate, *up, *gate_up, *down; /* gate_up: fused [2I, H] (gate and up NULL) */
+    int64_t width;     /* I of this expert */
+    int64_t first;     /* first row in xs / ys */
+    int64_t cnt;       /* rows */
+    int64_t act_off;   /* offset of its [cnt][width] block in act */
+} group;
+
+typedef struct moe_ctx {
+    group *g;
+    int ng;
+    int64_t H;
+    const float *xs;   /* [R][H] gathered inputs */
+    float *act;        /* per group [cnt][width] */
+    float *ys;         /* [R][H] outputs */
+    int64_t *t1, *t2;  /* prefix sums of blocks per group, passes 1 and 2 */
+    float *scratch;    /* per worker 2 * max_cnt * BLOCK */
+    int64_t scratch_ld;
+} moe_ctx;
+
+/* Task index -> (group, block) through a prefix-sum table. */
+static int find_group(const int64_t *pre, int ng, int64_t t) {
+    int lo = 0, hi = ng - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (pre[mid] <= t) lo = mid;
+        else hi = mid - 1;
     }
-    dr_cpu_matmul(down, act, m, y, pool);
+    return lo;
+}
+
+static void gate_up_task(void *vc, int64_t t, int worker) {
+    const moe_ctx *c = vc;
+    int gi = find_group(c->t1, c->ng, t);
+    const group *g = &c->g[gi];
+    int64_t r0 = (t - c->t1[gi]) * BLOCK, r1 = r0 + BLOCK < g->width ? r0 + BLOCK : g->width, nb = r1 - r0;
+    float *ga = c->scratch + (int64_t)worker * c->scratch_ld, *ua = ga + c->scratch_ld / 2;
+    const float *x = c->xs + g->first * c->H;
+    if (g->gate_up) {
+        dr_cpu_matmul_rows(g->gate_up, r0, r1, x, g->cnt, ga, NULL);
+        dr_cpu_matmul_rows(g->gate_up, g->width + r0, g->width + r1, x, g->cnt, ua, NULL);
+    } else {
+        dr_cpu_matmul_rows(g->gate, r0, r1, x, g->cnt, ga, NULL);
+        dr_cpu_matmul_rows(g->up, r0, r1, x, g->cnt, ua, NULL);
+    }
+    float *act = c->act + g->act_off;
+    for (int64_t i = 0; i < g->cnt; i++)
+        for (int64_t j = 0; j < nb; j++) act[i * g->width + r0 + j] = dr_siluf(ga[i * nb + j]) * ua[i * nb + j];
+}
+
+static void down_task(void *vc, int64_t t, int worker) {
+    const moe_ctx *c = vc;
+    int gi = find_group(c->t2, c->ng, t);
+    const group *g = &c->g[gi];
+    int64_t r0 = (t - c->t2[gi]) * BLOCK, r1 = r0 + BLOCK < c->H ? r0 + BLOCK : c->H, nb = r1 - r0;
+    float *tmp = c->scratch + (int64_t)worker * c->scratch_ld;
+    dr_cpu_matmul_rows(g->down, r0, r1, c->act + g->act_off, g->cnt, tmp, NULL);
+    for (int64_t i = 0; i < g->cnt; i++)
+        memcpy(c->ys + (g->first + i) * c->H + r0, tmp + i * nb, (size_t)nb * sizeof(float));
+}
+
+/* Routing of one row: fills ids[k] (original expert ids, -1 when fewer than k are eligible) and
+ * weights[k]. s holds the row's router scores and is overwritten. */
+static drama_status route(const dr_bb_moe *m, const dr_bb_dims *d, float *s, unsigned char *excluded, int *ids,
+                          float *weights, int layer, int64_t row, drama_error *err) {
+    int E = d->E, k = d->topk, finite = 0;
+    for (int e = 0; e < E; e++) {
+        if (m->slot[e] < 0 || !isfinite(s[e])) s[e] = -INFINITY; /* pruned or non-finite */
+        else finite++;
+    }
+    if (finite == 0)
+        return dr_fail(err, DRAMA_ENUMERIC, "layer %d, row %lld: router produced no finite score", layer, (long long)row);
+    for (int e = 0; e < E; e++) excluded[e] = s[e] == -INFINITY;
+    dr_op_softmax(s, E);
+    for (int e = 0; e < E; e++)
+        if (excluded[e]) s[e] = -1.0f; /* never selectable, even with fewer finite scores than k */
+    dr_op_topk(s, E, k, ids);
+    double sum = 0.0;
+    for (int r = 0; r < k; r++) sum += ids[r] >= 0 ? s[ids[r]] : 0.0f;
+    for (int r = 0; r < k; r++) {
+        float p = ids[r] >= 0 ? s[ids[r]] : 0.0f;
+        weights[r] = d->norm_topk ? (float)(p / sum) : p;
+    }
+    return DRAMA_OK;
 }
 
 drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, const float *x, float *out,
-                       drama_error *err) {
+                           drama_error *err) {
     const dr_bb_dims *d = &b->bb->d;
     const dr_bb_moe *m = &ly->moe;
-    int64_t n = b->n, H = d->H, I = d->I, Is = d->Is, W = I > Is ? I : Is;
+    int64_t n = b->n, H = d->H, I = d->I, Is = d->Is;
     int E = d->E, k = d->topk;
+    int64_t R = n * k + n; /* gathered rows: every (row, rank) plus the shared expert's n */
     float *scores = dr_alloc((size_t)(n * E) * sizeof(float));
     int *sel = malloc((size_t)(n * k) * sizeof(int));
     float *wsel = malloc((size_t)(n * k) * sizeof(float));
-    float *ybuf = dr_alloc((size_t)(n * k * H) * sizeof(float));
-    int64_t *rows_of = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    int *rank_of = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
-    float *xs = dr_alloc((size_t)(n * H) * sizeof(float));
-    float *gu = dr_alloc((size_t)(n * 2 * W) * sizeof(float));
-    float *act = dr_alloc((size_t)(n * W) * sizeof(float));
-    float *ys = dr_alloc((size_t)(n * H) * sizeof(float));
-    float *sg = dr_alloc((size_t)n * sizeof(float));
+    int64_t *pos = malloc((size_t)(n * k) * sizeof(int64_t)); /* (row, rank) -> gathered row or -1 */
     unsigned char *excluded = malloc((size_t)E);
+    group *g = malloc((size_t)(m->n_kept + 1) * sizeof(group));
+    int64_t *t1 = malloc((size_t)(m->n_kept + 2) * sizeof(int64_t)), *t2 = malloc((size_t)(m->n_kept + 2) * sizeof(int64_t));
+    float *xs = dr_alloc((size_t)(R * H) * sizeof(float));
+    float *ys = dr_alloc((size_t)(R * H) * sizeof(float));
+    float *act = dr_alloc((size_t)(R * (I > Is ? I : Is)) * sizeof(float));
+    float *sg = dr_alloc((size_t)n * sizeof(float));
+    int64_t scratch_ld = 2 * n * BLOCK;
+    float *scratch = dr_alloc((size_t)(b->n_workers * scratch_ld) * sizeof(float));
     drama_status st = DRAMA_OK;
-    if (!excluded || !scores || !sel || !wsel || !ybuf || !rows_of || !rank_of || !xs || !gu || !act || !ys || !sg) {
+    if (!scores || !sel || !wsel || !pos || !excluded || !g || !t1 || !t2 || !xs || !ys || !act || !sg || !scratch) {
         st = dr_fail(err, DRAMA_ENOMEM, "moe: out of memory for %lld rows", (long long)n);
         goto done;
     }
 
-    /* Routing, one row at a time. */
     dr_cpu_matmul(&m->router, x, n, scores, b->pool);
-    for (int64_t i = 0; i < n; i++) {
-        float *s = scores + i * E;
-        int finite = 0;
-        for (int e = 0; e < E; e++) {
-            if (m->slot[e] < 0 || !isfinite(s[e])) s[e] = -INFINITY; /* pruned or non-finite */
-            else finite++;
-        }
-        if (finite == 0) {
-            st = dr_fail(err, DRAMA_ENUMERIC, "layer %d, row %lld: router produced no finite score", layer, (long long)i);
-            goto done;
-        }
-        for (int e = 0; e < E; e++) excluded[e] = s[e] == -INFINITY;
-        dr_op_softmax(s, E);
-        for (int e = 0; e < E; e++)
-            if (excluded[e]) s[e] = -1.0f; /* never selectable, even with fewer finite scores than k */
-        int *ids = sel + i * k;
-        dr_op_topk(s, E, k, ids);
-        double sum = 0.0;
-        for (int r = 0; r < k; r++) sum += ids[r] >= 0 ? s[ids[r]] : 0.0f;
-        for (int r = 0; r < k; r++) {
-            float p = ids[r] >= 0 ? s[ids[r]] : 0.0f;
-            wsel[i * k + r] = d->norm_topk ? (float)(p / sum) : p;
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        if ((st = route(m, d, scores + i * E, excluded, sel + i * k, wsel + i * k, layer, i, err))) goto done;
 
-    /* Experts, grouped: gather the rows that chose expert e, run them together. */
-    memset(ybuf, 0, (size_t)(n * k * H) * sizeof(float));
+    /* Groups: selected experts in id order, each with its rows in row order; then the shared expert. */
+    int ng = 0;
+    int64_t next = 0, act_off = 0;
+    for (int64_t j = 0; j < n * k; j++) pos[j] = -1;
     for (int slot = 0; slot < m->n_kept; slot++) {
         int e = m->kept[slot];
-        int64_t cnt = 0;
+        int64_t first = next;
         for (int64_t i = 0; i < n; i++)
             for (int r = 0; r < k; r++)
                 if (sel[i * k + r] == e) {
-                    rows_of[cnt] = i;
-                    rank_of[cnt] = r;
-                    memcpy(xs + cnt * H, x + i * H, (size_t)H * sizeof(float));
-                    cnt++;
+                    pos[i * k + r] = next;
+                    memcpy(xs + next * H, x + i * H, (size_t)H * sizeof(float));
+                    next++;
                 }
-        if (cnt == 0) continue;
+        if (next == first) continue;
         const dr_bb_expert *ex = &m->experts[slot];
-        swiglu(&ex->gate, &ex->up, ex->fused ? &ex->gate_up : NULL, &ex->down, I, xs, cnt, gu, act, ys, b->pool);
-        for (int64_t c = 0; c < cnt; c++)
-            memcpy(ybuf + (rows_of[c] * k + rank_of[c]) * H, ys + c * H, (size_t)H * sizeof(float));
+        g[ng] = (group){ex->fused ? NULL : &ex->gate, ex->fused ? NULL : &ex->up, ex->fused ? &ex->gate_up : NULL,
+                        &ex->down, I, first, next - first, act_off};
+        act_off += (next - first) * I;
+        ng++;
     }
+    memcpy(xs + next * H, x, (size_t)(n * H) * sizeof(float));
+    g[ng] = (group){&m->sh_gate, &m->sh_up, NULL, &m->sh_down, Is, next, n, act_off};
+    int64_t shared_first = next;
+    ng++;
+    t1[0] = t2[0] = 0;
+    for (int i = 0; i < ng; i++) {
+        t1[i + 1] = t1[i] + (g[i].width + BLOCK - 1) / BLOCK;
+        t2[i + 1] = t2[i] + (H + BLOCK - 1) / BLOCK;
+    }
+    moe_ctx c = {g, ng, H, xs, act, ys, t1, t2, scratch, scratch_ld};
+    dr_pool_run(b->pool, t1[ng], gate_up_task, &c);
+    dr_pool_run(b->pool, t2[ng], down_task, &c);
+
+    /* Each row: routed experts in rank order, then the gated shared expert. */
+    dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, b->pool);
     for (int64_t i = 0; i < n; i++) {
         float *o = out + i * H;
         for (int64_t j = 0; j < H; j++) o[j] = 0.0f;
         for (int r = 0; r < k; r++) {
+            if (pos[i * k + r] < 0) continue;
             float w = wsel[i * k + r];
-            const float *y = ybuf + (i * k + r) * H;
+            const float *y = ys + pos[i * k + r] * H;
             for (int64_t j = 0; j < H; j++) o[j] += w * y[j];
         }
-    }
-
-    /* Shared expert, gated by sigmoid(shared_expert_gate . x). */
-    swiglu(&m->sh_gate, &m->sh_up, NULL, &m->sh_down, Is, x, n, gu, act, ys, b->pool);
-    dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, b->pool);
-    for (int64_t i = 0; i < n; i++) {
-        float g = dr_sigmoidf(sg[i]);
-        for (int64_t j = 0; j < H; j++) out[i * H + j] += g * ys[i * H + j];
+        float gs = dr_sigmoidf(sg[i]);
+        const float *y = ys + (shared_first + i) * H;
+        for (int64_t j = 0; j < H; j++) o[j] += gs * y[j];
     }
 done:
     dr_free(scores);
     free(sel);
     free(wsel);
-    dr_free(ybuf);
-    free(rows_of);
-    free(rank_of);
-    dr_free(xs);
-    dr_free(gu);
-    dr_free(act);
-    dr_free(ys);
-    dr_free(sg);
+    free(pos);
     free(excluded);
+    free(g);
+    free(t1);
+    free(t2);
+    dr_free(xs);
+    dr_free(ys);
+    dr_free(act);
+    dr_free(sg);
+    dr_free(scratch);
     return st;
 }
