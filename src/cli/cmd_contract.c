@@ -1,4 +1,5 @@
-/* cmd_contract.c - `drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]`:
+/* cmd_contract.c - `drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]
+ * [--golden DIR]`:
  * every registered kernel against its float64 reference plus the planted controls (docs/contract.md).
  * Exit 0 when every kernel passes and every control is red, 1 otherwise, 2 on a bad command line. */
 #include <stdio.h>
@@ -9,12 +10,14 @@
 #include "tools/contract.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]\n\n"
+    fprintf(f, "usage: drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]\n"
+               "                      [--golden DIR]\n\n"
                "Checks every kernel (matmul per stored format and code path, norms, softmax, RoPE,\n"
                "attention, conv and DeltaNet steps) against a float64 reference on random, ragged and\n"
                "adversarial fixtures, and runs planted defects that must be caught. PATTERN is a glob\n"
                "or a substring of kernel names. --no-limits skips the timing runs (times are reported,\n"
-               "never enforced). The last line is\n"
+               "never enforced). --golden (default $DRAMA_GOLDEN) adds the format fixtures of\n"
+               "ref/quant-units.safetensors. The last line is\n"
                "  SUMMARY N kernels: P pass, F fail; C controls: R red as planted, M missed\n");
 }
 
@@ -29,6 +32,8 @@ int cmd_contract(int argc, char **argv) {
             o.only = argv[++i];
         } else if (!strncmp(a, "--only=", 7)) {
             o.only = a + 7;
+        } else if (!strcmp(a, "--golden") && i + 1 < argc) {
+            o.golden = argv[++i];
         } else if (!strcmp(a, "--no-limits")) {
             o.no_limits = 1;
         } else if (!strcmp(a, "--list")) {

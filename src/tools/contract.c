@@ -3,6 +3,7 @@
 
 #include <fnmatch.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -117,11 +118,17 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
     nk += ct_ops_kernels(kernels + nk, CT_MAX - nk);
     nc += ct_matmul_controls(controls + nc, CT_MAX - nc);
     nc += ct_ops_controls(controls + nc, CT_MAX - nc);
+    const char *golden = o->golden ? o->golden : getenv("DRAMA_GOLDEN");
+    int ng = ct_golden_kernels(kernels + nk, CT_MAX - nk, golden);
+    nk += ng;
+    nc += ct_golden_controls(controls + nc, CT_MAX - nc, golden);
 
     dr_contract_summary s = {0};
     ct_ctx ctx = {.pool = dr_pool_create(o->threads > 0 ? o->threads : 2), .seed = o->seed ? o->seed : 20261201};
     fprintf(out, "drama contract: %d kernels, %d planted controls registered; seed %llu, %d threads\n", nk, nc,
             (unsigned long long)ctx.seed, dr_pool_threads(ctx.pool));
+    if (ng) fprintf(out, "format fixtures: %s/ref/quant-units.safetensors\n", golden);
+    else fprintf(out, "format fixtures: golden data not found (--golden DIR or $DRAMA_GOLDEN): format.* not run\n");
     fprintf(out, "tolerance rules and fixtures: docs/contract.md\n\n");
     for (int i = 0; i < nk; i++) {
         const ct_kernel *k = &kernels[i];
@@ -137,7 +144,7 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
         s.kernels++;
         if (pass) s.pass++;
         else s.fail++;
-        fprintf(out, "%s %-24s %-13s cases=%-3d max_abs=%-9.3g err/tol=%-8.3g relnorm=%-9.3g discr=%s(fp16 %.3g)",
+        fprintf(out, "%s %-24s %-13s cases=%-3d max_abs=%-9.3g err/tol=%-8.3g relnorm=%-9.3g discr=%s(alt %.3g)",
                 pass ? "PASS" : "FAIL", k->name, k->backend, r.cases, r.max_abs, r.max_ratio, r.max_relnorm,
                 r.discriminating ? "yes" : "NO", r.discr_ratio);
         if (!o->no_limits && k->time) {
@@ -149,7 +156,7 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
         if (!pass) {
             if (r.first_failure[0]) fprintf(out, "     first failure: %s\n", r.first_failure);
             if (r.discr_checked && !r.discriminating)
-                fprintf(out, "     fixtures are not precision-discriminating: the fp16 variant passed\n");
+                fprintf(out, "     fixtures are not precision-discriminating: the reduced-precision variant passed\n");
             if (!r.discr_checked) fprintf(out, "     no precision-discriminating fixture\n");
         }
         fflush(out);

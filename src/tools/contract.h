@@ -17,6 +17,7 @@ typedef struct dr_contract_options {
     int threads;        /* worker threads for kernels that take a pool (0 = 2) */
     uint64_t seed;      /* fixture seed (0 = the fixed default) */
     int list;           /* only list the registry */
+    const char *golden; /* golden data folder for the format fixtures (NULL: $DRAMA_GOLDEN, else none) */
 } dr_contract_options;
 
 typedef struct dr_contract_summary {

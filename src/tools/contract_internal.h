@@ -42,6 +42,7 @@ struct ct_kernel {
     int variant;           /* kernel-specific: weight format, code path, ... */
     int control;           /* 0: a real kernel; otherwise the id of a planted defect */
     const char *control_desc;
+    const char *data;      /* fixture file, for kernels checked against stored golden data */
 };
 
 /* Registries: each fills up to `max` entries and returns how many. */
@@ -49,6 +50,9 @@ int ct_matmul_kernels(ct_kernel *out, int max);
 int ct_matmul_controls(ct_kernel *out, int max);
 int ct_ops_kernels(ct_kernel *out, int max);
 int ct_ops_controls(ct_kernel *out, int max);
+/* Format fixtures from ref/quant-units.safetensors under golden_dir (none when it is absent). */
+int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir);
+int ct_golden_controls(ct_kernel *out, int max, const char *golden_dir);
 
 /* ---- helpers (contract.c) ---- */
 uint64_t ct_rand_u64(uint64_t *s);

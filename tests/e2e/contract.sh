@@ -22,6 +22,12 @@ for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8; do
 done
 for k in rms_norm softmax; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
 [ "$c" -ge 4 ] || { echo "FAIL: fewer than 4 planted controls"; exit 1; }
+# with the golden data (ctest sets DRAMA_GOLDEN) the format fixtures of quant-units run too
+if [ -f "${DRAMA_GOLDEN:-}/ref/quant-units.safetensors" ]; then
+    for k in format.e4m3 format.e2m1 format.bf16 matmul.golden_units; do
+        grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }
+    done
+fi
 
 # selection: only the NVFP4 matmul entries and their control
 "$DRAMA_BIN" contract --only 'matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only"; exit 1; }
