@@ -161,8 +161,11 @@ static void bind_deltanet(dr_loader *ld, const char *P, int L, const dr_bb_dims 
     bind_w(ld, P, L, "linear_attn.out_proj.weight", H, vd, &g->out);
     char nm[512];
     snprintf(nm, sizeof nm, "%slayers.%d.linear_attn.conv1d.weight", P, L);
-    int64_t cshape[3] = {C, 1, d->K};
-    g->conv_w = dr_loader_take_f32(ld, nm, 3, cshape, NULL);
+    /* [C, 1, K] as released; some conversions drop the middle dimension. */
+    const dr_tensor *ct = dr_loader_peek(ld, nm);
+    int64_t cshape[3] = {C, 1, d->K}, cshape2[2] = {C, d->K};
+    if (ct && ct->ndim == 2) g->conv_w = dr_loader_take_f32(ld, nm, 2, cshape2, NULL);
+    else g->conv_w = dr_loader_take_f32(ld, nm, 3, cshape, NULL);
     snprintf(nm, sizeof nm, "%slayers.%d.linear_attn.conv1d.bias", P, L);
     if (dr_loader_peek(ld, nm)) g->conv_b = take_vec(ld, nm, C, 0.0f);
     float *A_log = layer_vec(ld, P, L, "linear_attn.A_log", d->nv, 0.0f);

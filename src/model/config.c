@@ -614,7 +614,30 @@ drama_status dr_config_load(const char *dir, const char *const *sets, int n_sets
     drama_status st = dr_config_from_memory(text, len, path, etext, elen, sets, n_sets, out, err);
     free(text);
     free(etext);
-    return st;
+    if (st) return st;
+    /* hf_quant_config.json (ModelOpt exports): a cross-check source like quantization_config. */
+    char qpath[4096];
+    snprintf(qpath, sizeof qpath, "%s/hf_quant_config.json", dir);
+    json_error_t je;
+    json_t *hq = json_load_file(qpath, JSON_REJECT_DUPLICATES, &je);
+    const json_t *q = hq ? json_object_get(hq, "quantization") : NULL;
+    if (json_is_object(q)) {
+        reader rq = {qpath, "quantization", err, 0};
+        dr_config *c = *out;
+        dr_quant_config keep = c->quant;
+        parse_quant_obj(c, q, &rq);
+        if (rq.failed) {
+            json_decref(hq);
+            dr_config_free(c);
+            *out = NULL;
+            return err ? err->code : DRAMA_EFORMAT;
+        }
+        if (keep.present && keep.quant_algo[0] && strcmp(keep.quant_algo, c->quant.quant_algo) != 0)
+            warn(c, "%s: quant_algo \"%s\" differs from config.json's \"%s\"", qpath, c->quant.quant_algo,
+                 keep.quant_algo);
+    }
+    json_decref(hq);
+    return DRAMA_OK;
 }
 
 void dr_config_free(dr_config *c) {
