@@ -18,8 +18,8 @@ static uint8_t bbuf[1024];
 
 static dr_tensor T(const char *name, dr_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, const uint8_t *data) {
     dr_tensor t = {.name = name, .dtype = dt, .ndim = ndim, .shape = {d0, d1, d2}, .data = data};
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= t.shape[i];
+    uint64_t n = 1; /* unsigned: the "huge" case wraps here and sets nbytes itself */
+    for (int i = 0; i < ndim; i++) n *= (uint64_t)t.shape[i];
     t.nbytes = (size_t)n * dr_dtype_size(dt);
     return t;
 }
