@@ -265,8 +265,9 @@ static drama_status encode_piece(dr_tok *tok, const char *s, size_t n, dr_ids *o
         tok->cache_pool_cap = CACHE_MAX_POOL;
     }
     /* A failed cache allocation only costs speed. */
-    if (tok->cache_entries && tok->cache_pool) {
-        int32_t idx = (int32_t)tok->cache.count;
+    int32_t idx = (int32_t)tok->cache.count, existing;
+    /* another thread may have cached the same piece meanwhile: keep its entry */
+    if (tok->cache_entries && tok->cache_pool && !tok_strmap_get(&tok->cache, s, n, &existing)) {
         if (tok_strmap_put(&tok->cache, s, n, idx)) {
             tok->cache_entries[idx] = (tok_cache_entry){tok->cache_pool_n, (int32_t)count};
             memcpy(tok->cache_pool + tok->cache_pool_n, out->data + start, (size_t)count * sizeof(int32_t));

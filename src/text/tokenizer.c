@@ -573,6 +573,16 @@ int64_t dr_tok_n_merges(const dr_tok *tok) { return tok->n_merges; }
 int64_t dr_tok_n_added(const dr_tok *tok) { return tok->n_added; }
 const char *dr_tok_split_pattern(const dr_tok *tok) { return tok->pattern; }
 
+const char *dr_tok_pattern_kind(const dr_tok *tok) {
+    static const char qwen2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+                                "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char qwen35[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+                                 "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    if (!strcmp(tok->pattern, qwen2)) return "qwen2";
+    if (!strcmp(tok->pattern, qwen35)) return "qwen3.5";
+    return "custom";
+}
+
 void dr_tok_added_at(const dr_tok *tok, int64_t i, const char **content, int32_t *id, int *special) {
     const tok_added *t = &tok->added[i];
     if (content) *content = t->content;

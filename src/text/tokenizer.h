@@ -59,8 +59,11 @@ int64_t dr_tok_n_merges(const dr_tok *tok);
 int64_t dr_tok_n_added(const dr_tok *tok);
 /* Added token i (file order): its content, id and `special` flag. */
 void dr_tok_added_at(const dr_tok *tok, int64_t i, const char **content, int32_t *id, int *special);
-/* The pre-tokenizer split pattern as read from the file. */
+/* The pre-tokenizer split pattern as read from the file, and which known pattern it is:
+ * "qwen2" (Qwen2/Qwen3), "qwen3.5" (adds \p{M}, TEXT.md 1.3) or "custom" (any other regex; it is
+ * still used as written). For `drama inspect`. */
 const char *dr_tok_split_pattern(const dr_tok *tok);
+const char *dr_tok_pattern_kind(const dr_tok *tok);
 
 /* If an added token starts at text[pos] (raw match, longest first), store its id and byte length
  * and return 1; else return 0. Used by the prompt builder to validate user text. */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ static void round_trip(void **state) {
 static void special_ids_and_matching(void **state) {
     (void)state;
     dr_tok *tok = load_tiny();
+    assert_string_equal(dr_tok_pattern_kind(tok), "qwen2"); /* the golden files carry Qwen3's pattern */
     int32_t im_start = dr_tok_id(tok, "<|im_start|>"), sp15 = dr_tok_id(tok, "<|speaker:15|>");
     assert_true(im_start >= 0);
     assert_true(sp15 >= 0);
@@ -173,11 +175,56 @@ static void long_pieces(void **state) {
     dr_tok_free(tok);
 }
 
+/* One tokenizer shared by threads (the piece cache has a lock): same ids as one thread. */
+typedef struct job {
+    dr_tok *tok;
+    const char *text;
+    size_t len;
+    const dr_ids *want;
+    int ok;
+} job;
+
+static void *encode_many(void *arg) {
+    job *j = arg;
+    j->ok = 1;
+    for (int rep = 0; rep < 30; rep++) {
+        if (rep % 10 == 0) dr_tok_clear_cache(j->tok);
+        dr_ids ids = {0};
+        if (dr_tok_encode(j->tok, j->text, j->len, &ids, NULL) != DRAMA_OK || ids.n != j->want->n ||
+            memcmp(ids.data, j->want->data, (size_t)ids.n * sizeof(int32_t)) != 0)
+            j->ok = 0;
+        dr_ids_free(&ids);
+    }
+    return NULL;
+}
+
+static void threads_share_tokenizer(void **state) {
+    (void)state;
+    dr_tok *tok = load_tiny();
+    const char *text = "Hello, world! 今天天气很好。 <|speaker:1|>Again and again, again. Привет, мир! 😀😂 1234 x\n\n  y";
+    size_t len = strlen(text);
+    dr_ids want = {0};
+    assert_int_equal(dr_tok_encode(tok, text, len, &want, NULL), DRAMA_OK);
+    pthread_t th[4];
+    job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (job){tok, text, len, &want, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, encode_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(jobs[i].ok);
+    }
+    dr_ids_free(&want);
+    dr_tok_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(qwen3_golden),  cmocka_unit_test(tiny_golden),
         cmocka_unit_test(round_trip),    cmocka_unit_test(special_ids_and_matching),
         cmocka_unit_test(invalid_utf8),  cmocka_unit_test(long_pieces),
+        cmocka_unit_test(threads_share_tokenizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
