@@ -72,9 +72,11 @@ static drama_status fwd_open(fwd *f, const char *dir, const char *const *sets, i
     if (end_id < 0)
         return dr_fail(err, DRAMA_EFORMAT, "tokenizer: end token \"%s\" (switch end_token) is missing",
                        f->cfg->sw.end_token);
-    if (f->cfg->tokens.semantic_start >= 0 && f->cfg->tokens.semantic_start != ids.semantic_start)
-        return dr_fail(err, DRAMA_EFORMAT, "config.json semantic_start_token_id %lld differs from tokenizer id %d",
-                       (long long)f->cfg->tokens.semantic_start, ids.semantic_start);
+    int eos_warn = 0;
+    if ((st = dr_config_check_token_ids(f->cfg, ids.semantic_start, ids.n_semantic, end_id, &eos_warn, err))) return st;
+    if (eos_warn)
+        fprintf(stderr, "drama forward: warning: config.json eos_token_id does not contain the end token %d (%s)\n", end_id,
+                f->cfg->sw.end_token);
     return dr_backbone_set_tokens(&f->bb, ids.semantic_start, ids.n_semantic, end_id, err);
 }
 

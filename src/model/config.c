@@ -652,3 +652,22 @@ void dr_config_free(dr_config *c) {
     json_decref(c->root);
     free(c);
 }
+
+drama_status dr_config_check_token_ids(const dr_config *c, int64_t S, int64_t n_sem, int64_t end_id, int *eos_warning,
+                                       drama_error *err) {
+    if (eos_warning) *eos_warning = 0;
+    const dr_token_config *t = &c->tokens;
+    if (t->semantic_start >= 0 && t->semantic_start != S)
+        return dr_fail(err, DRAMA_EFORMAT,
+                       "config.json semantic_start_token_id %lld differs from tokenizer id(<|semantic:0|>) %lld",
+                       (long long)t->semantic_start, (long long)S);
+    if (t->semantic_end >= 0 && t->semantic_end != S + n_sem - 1)
+        return dr_fail(err, DRAMA_EFORMAT, "config.json semantic_end_token_id %lld differs from tokenizer's last semantic id %lld",
+                       (long long)t->semantic_end, (long long)(S + n_sem - 1));
+    if (t->n_eos > 0 && eos_warning) {
+        int found = 0;
+        for (int i = 0; i < t->n_eos; i++) found |= t->eos[i] == end_id;
+        *eos_warning = !found;
+    }
+    return DRAMA_OK;
+}

@@ -180,6 +180,13 @@ drama_status dr_config_from_memory(const char *config_json, size_t config_len, c
 
 void dr_config_free(dr_config *c);
 
+/* MODEL.md 3.4: the tokenizer's semantic block [S, S + n_sem) and end id against the config's ids.
+ * semantic_start_token_id != S or semantic_end_token_id != S + n_sem - 1 is an error naming both
+ * values (the files do not belong together). *eos_warning (may be NULL) is set to 1 when an
+ * eos_token_id is present and does not contain end_id (a warning for `drama inspect`). */
+drama_status dr_config_check_token_ids(const dr_config *c, int64_t S, int64_t n_sem, int64_t end_id, int *eos_warning,
+                                       drama_error *err);
+
 /* Value of switch `name` as JSON text into buf (for printing); source into *src. Returns 0 if
  * unknown. */
 int dr_config_switch_text(const dr_config *c, const char *name, char *buf, size_t buflen,

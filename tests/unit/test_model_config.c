@@ -83,6 +83,17 @@ static void test_tiny_golden(void **state) {
     assert_string_equal(c->sw.prompt_reference_text_header, "\n\nText:\n");
     assert_true(c->sw.prompt_system_without_reference);
     for (int i = 0; i < dr_switch_def_count(); i++) assert_int_equal(c->switch_sources[i], DR_SRC_BUILTIN);
+    int w = -1;
+    assert_int_equal(dr_config_check_token_ids(c, 2012, 4096, 2003, &w, &e), DRAMA_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(dr_config_check_token_ids(c, 2012, 4096, 2002, &w, &e), DRAMA_OK);
+    assert_int_equal(w, 1);
+    assert_int_not_equal(dr_config_check_token_ids(c, 2013, 4096, 2003, &w, &e), DRAMA_OK);
+    assert_non_null(strstr(e.message, "2012"));
+    assert_non_null(strstr(e.message, "2013"));
+    memset(&e, 0, sizeof e);
+    assert_int_not_equal(dr_config_check_token_ids(c, 2012, 4000, 2003, &w, &e), DRAMA_OK);
+    assert_non_null(strstr(e.message, "semantic_end_token_id"));
     dr_config_free(c);
 }
 
