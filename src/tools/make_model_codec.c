@@ -130,19 +130,22 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* Value of element i of codec tensor `name` (fan_in is the product of dims after the first). */
-static float codec_value(uint64_t seed, uint64_t key, uint64_t i, const char *name, int64_t fan_in,
-                         int is_last_conv) {
-    double u = dr_mm_uniform(seed, key, i), u01 = 0.5 * (u + 1.0);
-    if (ends_with(name, ".alpha")) return (float)(0.5 + 1.5 * u01);           /* Snake alpha [0.5, 2] */
-    if (ends_with(name, ".gamma")) return (float)(0.1 + 0.3 * u01);           /* layer scale [0.1, 0.4] */
-    if (ends_with(name, "norm.weight")) return (float)(1.0 + 0.05 * u);
-    if (ends_with(name, ".bias")) return (float)(0.01 * u);
-    if (ends_with(name, "original0") || ends_with(name, "weight_g"))         /* weight-norm g */
-        return (float)((is_last_conv ? 0.1 : 1.0) * (0.9 + 0.2 * u01));
-    if (ends_with(name, "codebook.weight")) return (float)u;
-    double gain = (strstr(name, ".wo.") || strstr(name, ".w2.") || strstr(name, "pwconv2")) ? 0.5 : 1.0;
-    return (float)(gain * sqrt(3.0 / (double)(fan_in > 0 ? fan_in : 1)) * u);
+/* Values of codec tensor `name` are a + b * u, u uniform in [-1, 1) (fan_in: product of the
+ * dims after the first). Decided once per tensor: the element loop is hot at the real size. */
+static void codec_affine(const char *name, int64_t fan_in, int is_last_conv, double *a, double *b) {
+    *a = 0;
+    if (ends_with(name, ".alpha")) *a = 1.25, *b = 0.75;                    /* Snake alpha in [0.5, 2] */
+    else if (ends_with(name, ".gamma")) *a = 0.25, *b = 0.15;               /* layer scale in [0.1, 0.4] */
+    else if (ends_with(name, "norm.weight")) *a = 1.0, *b = 0.05;
+    else if (ends_with(name, ".bias")) *b = 0.01;
+    else if (ends_with(name, "original0") || ends_with(name, "weight_g")) { /* weight-norm g: row norms */
+        double k = is_last_conv ? 0.1 : 1.0;                                /* last conv: keep tanh unsaturated */
+        *a = k, *b = 0.1 * k;
+    } else if (ends_with(name, "codebook.weight")) *b = 1.0;
+    else {
+        double gain = (strstr(name, ".wo.") || strstr(name, ".w2.") || strstr(name, "pwconv2")) ? 0.5 : 1.0;
+        *b = gain * sqrt(3.0 / (double)(fan_in > 0 ? fan_in : 1));
+    }
 }
 
 drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t seed, drama_error *err) {
@@ -181,10 +184,11 @@ drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t s
         for (int d = 1; d < l.ndim[i]; d++) fan_in *= l.shape[i][d];
         uint64_t key = dr_mm_name_key(l.names[i]);
         int is_last = !strncmp(l.names[i], last_conv, strlen(last_conv));
+        double a, b;
+        codec_affine(l.names[i], fan_in, is_last, &a, &b);
         for (int64_t off = 0; off < numel && !st; off += CHUNK) {
             int64_t n = numel - off < CHUNK ? numel - off : CHUNK;
-            for (int64_t j = 0; j < n; j++)
-                buf[j] = codec_value(seed, key, (uint64_t)(off + j), l.names[i], fan_in, is_last);
+            for (int64_t j = 0; j < n; j++) buf[j] = (float)(a + b * dr_mm_uniform(seed, key, (uint64_t)(off + j)));
             st = dr_st_writer_write(w, buf, (size_t)n * sizeof *buf, err); /* little-endian hosts */
         }
     }
