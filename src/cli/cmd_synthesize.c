@@ -296,6 +296,7 @@ typedef struct run_ctx {
     int tty_bar;
     int64_t chunks;
     double t0;
+    double last_draw;
     const char *pause_env;  /* test hook, see on_audio */
 } run_ctx;
 
@@ -324,7 +325,9 @@ static int on_event(void *user, const drama_event *ev) {
             json_object_set_new(j, "audio_seconds", json_real(ev->audio_seconds));
         }
         emit_json_event(j);
-    } else if (c->tty_bar && ev->type == DRAMA_EVENT_FRAMES) {
+    } else if (c->tty_bar && ev->type == DRAMA_EVENT_FRAMES &&
+               (ev->frames == ev->frames_target || dr_clock_s() - c->last_draw >= 0.1)) {
+        c->last_draw = dr_clock_s(); /* redraw at most 10 times a second */
         int64_t tgt = ev->frames_target > 0 ? ev->frames_target : 1;
         int fill = (int)(30 * (ev->frames > tgt ? tgt : ev->frames) / tgt);
         char bar[31];
@@ -429,7 +432,11 @@ static void write_receipt(const synth_args *a, const drama_result *r, const char
     json_object_set_new(j, "time_to_first_audio_s", r->time_to_first_audio_s > 0 ? json_real(r->time_to_first_audio_s) : json_null());
     json_object_set_new(j, "real_time_factor", r->audio_seconds > 0 ? json_real(wall / r->audio_seconds) : json_null());
     json_object_set_new(j, "phases", phases_json(r));
-    json_object_set_new(j, "peak_rss_bytes", json_integer(dr_mem_peak_bytes()));
+    /* Phase windows reset the kernel's peak, so the run's peak is the largest window. */
+    int64_t peak = dr_mem_peak_bytes();
+    for (int p = 0; p < DRAMA_PHASE_COUNT; p++)
+        if (r->phases[p].ran && r->phases[p].peak_rss_bytes > peak) peak = r->phases[p].peak_rss_bytes;
+    json_object_set_new(j, "peak_rss_bytes", json_integer(peak));
     if (out_sha)
         json_object_set_new(j, "output", json_pack("{s:s, s:s, s:I, s:s}", "path", a->out, "format", format, "bytes",
                                                    (json_int_t)out_bytes, "sha256", out_sha));
