@@ -231,7 +231,7 @@ static drama_status bind_moe(dr_loader *ld, const char *P, int L, const dr_bb_di
     return DRAMA_OK;
 }
 
-drama_status dr_backbone_bind(dr_backbone *bb, dr_loader *ld, drama_error *err) {
+static drama_status bind_all(dr_backbone *bb, dr_loader *ld, drama_error *err) {
     memset(bb, 0, sizeof *bb);
     const dr_config *cfg = dr_loader_config(ld);
     if (!cfg) return dr_fail(err, DRAMA_EINVAL, "backbone bind: loader has no config");
@@ -330,6 +330,14 @@ drama_status dr_backbone_bind(dr_backbone *bb, dr_loader *ld, drama_error *err) 
                     : cfg->audio.vocab_size;
     bb->end_id = cfg->tokens.n_eos > 0 ? cfg->tokens.eos[0] : -1;
     return DRAMA_OK;
+}
+
+/* On failure everything bind allocated is released again (bb zeroed): no cleanup for the caller,
+ * and dr_backbone_release on the zeroed struct stays harmless. */
+drama_status dr_backbone_bind(dr_backbone *bb, dr_loader *ld, drama_error *err) {
+    drama_status st = bind_all(bb, ld, err);
+    if (st) dr_backbone_release(bb);
+    return st;
 }
 
 void dr_backbone_release(dr_backbone *bb) {
