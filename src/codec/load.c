@@ -447,10 +447,6 @@ drama_status dr_codec_expected(const dr_codec_config *cf, dr_codec_tensor_cb cb,
 }
 
 /* ---- loading ---- */
-static const char *k_stale[] = {"encoder.block.4.block.5.freqs_cis", "encoder.block.4.block.5.causal_mask",
-                                "quantizer.pre_module.freqs_cis",    "quantizer.pre_module.causal_mask",
-                                "quantizer.post_module.freqs_cis",   "quantizer.post_module.causal_mask"};
-
 static void precompute(dr_codec *c) {
     const dr_codec_config *cf = &c->cfg;
     for (int k = 0; k < 1 + cf->n_codebooks; k++) {
@@ -512,14 +508,21 @@ drama_status dr_codec_load(const dr_tensor *tensors, int64_t n, const dr_codec_c
             rc = dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s' appears twice", label, L->tab[i].name);
             goto fail;
         }
-    for (size_t s = 0; s < sizeof k_stale / sizeof k_stale[0]; s++) {
-        int64_t i = find(L, k_stale[s]);
-        if (i >= 0) L->used[i] = 1; /* stale buffers of older saves: ignored, recomputed by the engine */
-    }
     char why[600] = "";
     if ((rc = derive(L->tab, L->n, &c->cfg, why, sizeof why))) {
         rc = dr_fail(err, rc, "%s: %s", label, why);
         goto fail;
+    }
+    /* stale RoPE / mask buffers of older saves (CODEC.md 10.3): ignored, the engine computes them */
+    for (int m = 0; m < 3; m++) {
+        char tfp[128], nm[200];
+        if (m == 0) snprintf(tfp, sizeof tfp, "encoder.block.%d.block.%d", c->cfg.enc_tf_block, c->cfg.n_dilations + 2);
+        else snprintf(tfp, sizeof tfp, "quantizer.%s_module", m == 1 ? "pre" : "post");
+        for (int b = 0; b < 2; b++) {
+            snprintf(nm, sizeof nm, "%s.%s", tfp, b ? "causal_mask" : "freqs_cis");
+            int64_t i = find(L, nm);
+            if (i >= 0) L->used[i] = 1;
+        }
     }
     if ((rc = dr_codec_config_validate(&c->cfg, err)) || !valid_tree_config(&c->cfg, err)) {
         if (!rc) rc = err ? err->code : DRAMA_EFORMAT;
