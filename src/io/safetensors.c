@@ -5,6 +5,9 @@
  * the tensor byte ranges tile the data buffer exactly. Nothing is read outside the file. */
 #include "io/safetensors.h"
 
+#include "base/log.h"
+#include "base/path.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -349,7 +352,10 @@ drama_status dr_st_open(const char *path, dr_st_file **out, drama_error *err) {
     if (!out) return dr_fail(err, DRAMA_EINVAL, "dr_st_open: out is NULL");
     *out = NULL;
     if (!path) return dr_fail(err, DRAMA_EINVAL, "dr_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char link_target[4096];
+    const char *real_path = dr_path_follow_placeholder(path, link_target, sizeof link_target);
+    if (real_path != path) DR_INFO("%s: symbolic link stored as a text file, following it to %s", path, real_path);
+    int fd = open(real_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
