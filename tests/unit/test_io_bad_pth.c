@@ -316,6 +316,50 @@ static void test_zip_faults(void **state) {
     expect_fail(&junk, DRAMA_EFORMAT, "end-of-central-directory");
 }
 
+/* Central directory entries whose sizes and offset live in a ZIP64 extra field (0xFFFFFFFF in
+ * the fixed fields), and a ZIP64 end record + locator, as large torch.save files have. */
+static void test_zip64_fields(void **state) {
+    (void)state;
+    buf pkl = {0}, z = {0};
+    good_pickle(&pkl);
+    zent e[2] = {{"arch/data.pkl", pkl.d, pkl.n, 0}, {"arch/data/0", k_vals, sizeof k_vals, 0}};
+    size_t lho[2];
+    for (int i = 0; i < 2; i++) {
+        lho[i] = z.n;
+        le(&z, 0x04034b50, 4), le(&z, 45, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4), le(&z, 0, 4);
+        le(&z, e[i].size, 4), le(&z, e[i].size, 4), le(&z, strlen(e[i].name), 2), le(&z, 0, 2);
+        put(&z, e[i].name, strlen(e[i].name));
+        put(&z, e[i].data, e[i].size);
+    }
+    size_t cd = z.n;
+    for (int i = 0; i < 2; i++) {
+        le(&z, 0x02014b50, 4), le(&z, 45, 2), le(&z, 45, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4), le(&z, 0, 4);
+        le(&z, 0xFFFFFFFFu, 4), le(&z, 0xFFFFFFFFu, 4); /* csize, usize in the extra field */
+        le(&z, strlen(e[i].name), 2), le(&z, 28, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4);
+        le(&z, 0xFFFFFFFFu, 4); /* local header offset in the extra field */
+        put(&z, e[i].name, strlen(e[i].name));
+        le(&z, 1, 2), le(&z, 24, 2), le(&z, e[i].size, 8), le(&z, e[i].size, 8), le(&z, lho[i], 8);
+    }
+    size_t cds = z.n - cd, z64 = z.n;
+    le(&z, 0x06064b50, 4), le(&z, 44, 8), le(&z, 45, 2), le(&z, 45, 2), le(&z, 0, 4), le(&z, 0, 4);
+    le(&z, 2, 8), le(&z, 2, 8), le(&z, cds, 8), le(&z, cd, 8);
+    le(&z, 0x07064b50, 4), le(&z, 0, 4), le(&z, z64, 8), le(&z, 1, 4);
+    le(&z, 0x06054b50, 4), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0xFFFF, 2), le(&z, 0xFFFF, 2);
+    le(&z, 0xFFFFFFFFu, 4), le(&z, 0xFFFFFFFFu, 4), le(&z, 0, 2);
+    drama_error err = {0};
+    dr_pth *p = NULL;
+    assert_int_equal(open_buf(&z, &err, &p), DRAMA_OK);
+    const dr_tensor *t = dr_pth_find(p, "w");
+    assert_non_null(t);
+    float v[4];
+    memcpy(v, t->data, 16);
+    assert_true(v[0] == 1 && v[3] == 4);
+    dr_pth_close(p);
+    /* a ZIP64 record pointing outside the file */
+    z.d[z64 + 48] = 0xff, z.d[z64 + 53] = 0x7f;
+    expect_fail(&z, DRAMA_EFORMAT, "outside the file");
+}
+
 static void test_truncated(void **state) {
     (void)state;
     buf pkl = {0}, z = {0};
@@ -394,6 +438,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_globals),       cmocka_unit_test(test_disallowed_opcodes),
         cmocka_unit_test(test_bad_pickle_structure),  cmocka_unit_test(test_storage_and_view_bounds),
         cmocka_unit_test(test_zip_faults),            cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_zip64_fields),
         cmocka_unit_test(test_mutations_never_crash), cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
