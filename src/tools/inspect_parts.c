@@ -90,18 +90,15 @@ void ins_tokens(const char *dir, const dr_config *cfg, FILE *out, ins_report *r,
         fprintf(out, "- speaker tags: not tokens (plain text, split by BPE)\n");
 
     if (cfg) {
-        const dr_token_config *k = &cfg->tokens;
-        if (S >= 0 && k->semantic_start >= 0 && k->semantic_start != S)
-            ins_problem(r, 1, "config.json semantic_start_token_id %lld but tokenizer.json <|semantic:0|> is %d",
-                        (long long)k->semantic_start, S);
-        if (S >= 0 && k->semantic_end >= 0 && k->semantic_end != S + V - 1)
-            ins_problem(r, 1, "config.json semantic_end_token_id %lld but tokenizer.json <|semantic:%lld|> is %lld",
-                        (long long)k->semantic_end, (long long)(V - 1), (long long)(S + V - 1));
-        int has_end = 0;
-        for (int i = 0; i < k->n_eos; i++) has_end |= k->eos[i] == end;
-        if (k->n_eos && !has_end && end >= 0)
-            ins_problem(r, 0, "config.json eos_token_id does not contain the end token %s (%d); switch end_token decides",
-                        end_name, end);
+        /* the engine's own cross-check (MODEL.md 3.4) */
+        if (S >= 0 && end >= 0 && contiguous) {
+            int eos_warning = 0;
+            e = (drama_error){0};
+            if (dr_config_check_token_ids(cfg, S, V, end, &eos_warning, &e)) ins_problem(r, 1, "tokens: %s", e.message);
+            if (eos_warning)
+                ins_problem(r, 0, "config.json eos_token_id does not contain the end token %s (%d); switch end_token decides",
+                            end_name, end);
+        }
         if (dr_tok_vocab_size(tok) > cfg->text.vocab_size)
             ins_problem(r, 1, "tokenizer.json uses ids up to %lld but text_config.vocab_size is %lld",
                         (long long)dr_tok_vocab_size(tok) - 1, (long long)cfg->text.vocab_size);

@@ -66,7 +66,7 @@ if [ -f "$G/tiny-drama3/config.json" ]; then
     for f in "$G"/tiny-drama3/*; do ln -s "$(realpath "$f")" "$T/cfgbad/$(basename "$f")"; done
     rm "$T/cfgbad/config.json"
     sed 's/"semantic_start_token_id": 2012/"semantic_start_token_id": 2013/' "$G/tiny-drama3/config.json" > "$T/cfgbad/config.json"
-    expect cfgbad 1 "error: config.json semantic_start_token_id 2013 but tokenizer.json <|semantic:0|> is 2012"
+    expect cfgbad 1 "error: tokens: config.json semantic_start_token_id 2013 differs from tokenizer id(<|semantic:0|>) 2012"
 fi
 [ $fail -eq 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
