@@ -538,8 +538,12 @@ drama_status dr_codec_load(const dr_tensor *tensors, int64_t n, const dr_codec_c
         goto fail;
     }
     if (L->n_findings) {
-        rc = dr_fail(err, DRAMA_ESHAPE, "%s: %d problem%s: %s%s", label, L->n_findings, L->n_findings > 1 ? "s" : "",
-                     L->findings, L->n_findings > 12 ? "; ..." : "");
+        const char *hint = strstr(L->findings, "attention.wqkv.weight has shape")
+                               ? " (n_head and head_dim are not visible in shapes: they come from codec.json; is it "
+                                 "missing or wrong?)"
+                               : "";
+        rc = dr_fail(err, DRAMA_ESHAPE, "%s: %d problem%s%s: %s%s", label, L->n_findings, L->n_findings > 1 ? "s" : "",
+                     hint, L->findings, L->n_findings > 12 ? "; ..." : "");
         goto fail;
     }
     /* state tables and decode tables */

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/pool.h"
 #include "codec/codec.h"
+#include "io/safetensors.h"
 #include "io/torchzip.h"
 #include "testutil.h"
 
@@ -342,6 +344,47 @@ static void test_bad_tensor_sets(void **state) {
     dr_pth_close(p);
 }
 
+/* codec.safetensors (+ codec.json) in a directory loads to the same decoder as codec.pth */
+static void test_safetensors_dir(void **state) {
+    (void)state;
+    make_codes();
+    dr_pth *p = open_tiny();
+    const char *dir = tu_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/codec.safetensors", dir);
+    dr_st_writer *w;
+    drama_error e = {0};
+    assert_int_equal(dr_st_writer_create(path, &w, &e), DRAMA_OK);
+    for (int64_t i = 0; i < dr_pth_count(p); i++) {
+        const dr_tensor *t = dr_pth_at(p, i);
+        assert_int_equal(dr_st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape, &e), DRAMA_OK);
+    }
+    for (int64_t i = 0; i < dr_pth_count(p); i++)
+        assert_int_equal(dr_st_writer_write(w, dr_pth_at(p, i)->data, dr_pth_at(p, i)->nbytes, &e), DRAMA_OK);
+    assert_int_equal(dr_st_writer_finish(w, &e), DRAMA_OK);
+    size_t n;
+    char *js = tu_read_file(tu_golden("tiny-drama3/codec.json"), &n);
+    snprintf(path, sizeof path, "%s/codec.json", dir);
+    tu_write_file(path, js, n);
+    free(js);
+    dr_codec *a = NULL, *b = NULL;
+    assert_int_equal(dr_codec_open(dir, DR_CODEC_LOAD_DECODER, &a, &e), DRAMA_OK);
+    assert_int_equal(dr_codec_open(tu_golden("tiny-drama3"), DR_CODEC_LOAD_DECODER, &b, &e), DRAMA_OK);
+    int64_t FL = dr_codec_cfg(a)->frame_length;
+    float *ya = malloc((size_t)(6 * FL) * 4), *yb = malloc((size_t)(6 * FL) * 4);
+    assert_int_equal(dr_codec_decode(a, k_codes, 6, ya, &e), DRAMA_OK);
+    assert_int_equal(dr_codec_decode(b, k_codes, 6, yb, &e), DRAMA_OK);
+    assert_memory_equal(ya, yb, (size_t)(6 * FL) * 4);
+    free(ya), free(yb);
+    dr_codec_free(a), dr_codec_free(b);
+    /* without codec.json the defaults (real codec) do not fit the tiny tensors: named error */
+    assert_int_equal(unlink(path), 0);
+    assert_int_not_equal(dr_codec_open(dir, DR_CODEC_LOAD_DECODER, &a, &e), DRAMA_OK);
+    printf("  %s\n", e.message);
+    tu_rm_rf(dir);
+    dr_pth_close(p);
+}
+
 static void test_open_dir_and_missing(void **state) {
     (void)state;
     dr_codec *codec = NULL;
@@ -361,7 +404,7 @@ int main(void) {
         cmocka_unit_test(test_real_json_equals_defaults), cmocka_unit_test(test_bad_json),
         cmocka_unit_test(test_real_inventory),            cmocka_unit_test(test_tiny_inventory_equals_pth),
         cmocka_unit_test(test_spellings_and_threads),     cmocka_unit_test(test_bad_tensor_sets),
-        cmocka_unit_test(test_open_dir_and_missing),
+        cmocka_unit_test(test_open_dir_and_missing),      cmocka_unit_test(test_safetensors_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
