@@ -15,6 +15,7 @@ struct dr_gen_session {
     int nc, ncand, hv;
     int64_t H;
     int guided;
+    int has_ref;           /* the first prefill had a reference voice */
     int prefilled;
     int invalid;           /* cancelled or failed: reset before reuse */
     atomic_int cancel;
@@ -113,8 +114,52 @@ drama_status dr_gen_reset(dr_gen_session *s, drama_error *err) {
     s->prefilled = 0;
     s->invalid = 0;
     s->guided = 0;
+    s->has_ref = 0;
     s->window_len = 0;
     atomic_store(&s->cancel, 0);
+    return DRAMA_OK;
+}
+
+drama_status dr_gen_session_clone(const dr_gen_session *src, dr_gen_session **out, drama_error *err) {
+    *out = NULL;
+    if (src->invalid) return dr_fail(err, DRAMA_EINVAL, "session clone: the source is invalid (cancelled or failed)");
+    if (src->prefilled && !src->m->bb.state_clone)
+        return dr_fail(err, DRAMA_EUNSUPPORTED, "session clone: the backbone cannot clone states");
+    dr_gen_session *s;
+    drama_status st = dr_gen_session_create(src->m, &src->o, &s, err);
+    if (st) return st;
+    if (src->cond && (st = src->m->bb.state_clone(src->m->bb.impl, src->cond, &s->cond, err))) goto fail;
+    if (src->uncond && (st = src->m->bb.state_clone(src->m->bb.impl, src->uncond, &s->uncond, err))) goto fail;
+    if ((st = dr_tower_cache_copy(src->tc, s->tc, err))) goto fail;
+    memcpy(s->pend_h, src->pend_h, (size_t)s->H * sizeof(float));
+    memcpy(s->logits_c, src->logits_c, (size_t)s->ncand * sizeof(float));
+    memcpy(s->logits_u, src->logits_u, (size_t)s->ncand * sizeof(float));
+    memcpy(s->logits, src->logits, (size_t)s->ncand * sizeof(float));
+    memcpy(s->head_logits, src->head_logits, (size_t)(s->nc - 1) * s->hv * sizeof(float));
+    memcpy(s->last_row, src->last_row, (size_t)(s->nc + 1) * sizeof(int32_t));
+    memcpy(s->window, src->window, sizeof s->window);
+    s->window_len = src->window_len;
+    s->guided = src->guided;
+    s->has_ref = src->has_ref;
+    s->prefilled = src->prefilled;
+    s->bb_len = src->bb_len;
+    s->draws = src->draws;
+    s->frames = src->frames;
+    s->batch_frames = src->batch_frames;
+    s->finish = src->finish;
+    *out = s;
+    return DRAMA_OK;
+fail:
+    dr_gen_session_free(s);
+    return st;
+}
+
+drama_status dr_gen_set_params(dr_gen_session *s, const dr_sampler_params *sp, drama_error *err) {
+    drama_status st = dr_sampler_params_validate(sp, err);
+    if (st) return st;
+    if (s->prefilled && ((sp->cfg_gamma > 0 && s->has_ref) != s->guided))
+        return dr_fail(err, DRAMA_EINVAL, "cfg_gamma: guidance cannot be switched on or off after the prefill");
+    s->o.sp = *sp;
     return DRAMA_OK;
 }
 
@@ -166,6 +211,7 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
             for (int64_t r = 0; r < n_rows; r++) has_ref |= is_audio(s, rows + r * W);
         }
         /* a request without a reference voice is never guided, whatever gamma */
+        s->has_ref = has_ref;
         s->guided = s->o.sp.cfg_gamma > 0 && has_ref;
         if ((st = s->m->bb.state_create(s->m->bb.impl, &s->cond, err))) return st;
         if (s->guided && (st = s->m->bb.state_create(s->m->bb.impl, &s->uncond, err))) {

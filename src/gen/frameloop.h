@@ -44,6 +44,8 @@ typedef struct dr_gen_backbone {
     drama_status (*forward)(void *impl, void *const *states, int n_states, const int32_t *const *rows,
                             const int64_t *n_rows, int pre_norm, float *const *hidden, float *const *logits,
                             drama_error *err);
+    /* Optional (NULL: sessions cannot be cloned): a new state equal to src. */
+    drama_status (*state_clone)(void *impl, const void *src, void **dst, drama_error *err);
 } dr_gen_backbone;
 
 /* What a session runs on: shared by every session, read-only. */
@@ -99,6 +101,12 @@ drama_status dr_gen_next_many(dr_gen_session *const *s, int n, int32_t *frames, 
 typedef int (*dr_gen_frame_fn)(void *ctx, int64_t index, const int32_t *frame);
 drama_status dr_gen_run(dr_gen_session *s, dr_gen_frame_fn on_frame, void *ctx, dr_gen_finish *finish,
                         drama_error *err);
+
+/* A copy of a valid session (backbone states, tower caches, counters, pending logits): the
+ * snapshot of a voice prefix, continued independently. Needs bb.state_clone. */
+drama_status dr_gen_session_clone(const dr_gen_session *src, dr_gen_session **out, drama_error *err);
+/* New sampling parameters for the following draws (validated; e.g. after cloning a snapshot). */
+drama_status dr_gen_set_params(dr_gen_session *s, const dr_sampler_params *sp, drama_error *err);
 
 void dr_gen_cancel(dr_gen_session *s);  /* thread-safe; effective between frames */
 /* Drop every state (backbone, guidance, tower caches, counters): ready for a fresh prefill. */

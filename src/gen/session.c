@@ -18,6 +18,14 @@ static drama_status cpu_state_create(void *impl, void **state, drama_error *err)
     return st;
 }
 
+static drama_status cpu_state_clone(void *impl, const void *src, void **dst, drama_error *err) {
+    (void)impl;
+    dr_bb_state *s = NULL;
+    drama_status st = dr_bb_state_clone(src, &s, err);
+    *dst = s;
+    return st;
+}
+
 static void cpu_state_free(void *impl, void *state) {
     (void)impl;
     dr_bb_state_free(state);
@@ -90,6 +98,7 @@ void dr_gen_backbone_cpu(dr_gen_cpu_backbone *impl, const dr_backbone *bb, dr_po
     out->state_create = cpu_state_create;
     out->state_free = cpu_state_free;
     out->forward = cpu_forward;
+    out->state_clone = cpu_state_clone;
 }
 
 void dr_gen_backbone_cpu_release(dr_gen_cpu_backbone *impl) {

@@ -457,6 +457,50 @@ static void test_extend_equals_whole(void **state) {
     dr_gen_session_free(s);
 }
 
+/* A clone (snapshot of a voice prefix) continues exactly like the original, independently; new
+ * sampling parameters after the clone equal a session created with them. */
+static void test_clone(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    sampled_options(&o, 4242, 6);
+    int64_t k = f->n_ref / 2;
+    run_result whole = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    dr_gen_options o2 = o;
+    o2.sp.seed = 8;
+    o2.sp.temperature = 0.7f;
+    run_result whole2 = run(&f->lm1->model, &o2, f->rows_ref, f->n_ref, NULL, 0);
+    dr_gen_session *voice, *a, *b;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &voice, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(voice, f->rows_ref, k, NULL, 0, &e), DRAMA_OK);
+    if (dr_gen_session_clone(voice, &a, &e)) fail_msg("%s", e.message);
+    assert_int_equal(dr_gen_session_clone(voice, &b, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_set_params(b, &o2.sp, &e), DRAMA_OK);
+    dr_gen_session_free(voice); /* the clones own their states */
+    run_result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    assert_int_equal(dr_gen_prefill(a, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(b, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
+    for (run_result *r = &ra; r; r = r == &ra ? &rb : NULL) {
+        dr_gen_session *s = r == &ra ? a : b;
+        while (r->n < 64) {
+            r->st = dr_gen_next(s, r->codes + r->n * NC, &r->fin, &e);
+            if (r->st || r->fin != DR_FINISH_NONE) break;
+            r->n++;
+        }
+    }
+    assert_same(&whole, &ra, NC, "clone of the prefix + rest vs whole");
+    assert_same(&whole2, &rb, NC, "clone with new params vs whole with them");
+    o2.sp.cfg_gamma = 0; /* unguided stays unguided */
+    assert_int_equal(dr_gen_set_params(a, &o2.sp, &e), DRAMA_OK);
+    o2.sp.top_p = 2;
+    assert_int_equal(dr_gen_set_params(a, &o2.sp, &e), DRAMA_EINVAL);
+    dr_gen_session_free(a);
+    dr_gen_session_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_noref),
@@ -468,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_end_token),
         cmocka_unit_test(test_cancel_then_fresh_run),
         cmocka_unit_test(test_extend_equals_whole),
+        cmocka_unit_test(test_clone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
