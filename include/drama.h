@@ -47,7 +47,8 @@ const char *drama_git_commit(void);   /* commit the library was built from */
  * A model is the opened directory (config, tokenizer, weights mapped, codec). A session holds
  * one request's state at a time (backbone/tower state, codec streaming state, sampler). One
  * thread uses a session; drama_session_cancel may be called from any thread or a signal
- * handler. Same request + seed + model + build => identical codes and audio bytes, whatever
+ * handler. Sessions of one model may live on several threads, but their requests run one at a
+ * time (the model's thread pool is shared; drama_synthesize waits for the model). Same request + seed + model + build => identical codes and audio bytes, whatever
  * the thread count or streaming chunking. */
 
 typedef struct drama_model drama_model;

@@ -571,8 +571,9 @@ done:
     if (st == DRAMA_ECANCELLED && !res.finish_reason[0]) snprintf(res.finish_reason, sizeof res.finish_reason, "cancelled");
     if (st != DRAMA_OK && !res.finish_reason[0]) snprintf(res.finish_reason, sizeof res.finish_reason, "error");
     if (st != DRAMA_OK)
-        fprintf(stderr, "drama synthesize: %s (%s)%s\n", err.message[0] ? err.message : drama_status_name(st),
-                res.finish_reason, strcmp(a.out, "-") ? "; no output file written" : "");
+        fprintf(stderr, "drama synthesize: %s [%s]%s\n", err.message[0] ? err.message : drama_status_name(st),
+                strcmp(res.finish_reason, "error") ? res.finish_reason : drama_status_name(st),
+                strcmp(a.out, "-") ? "; no output file written" : "");
     if (a.progress_json) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:f, s:f}", "event", "done", "status",
                               st == DRAMA_OK ? "ok" : drama_status_name(st), "finish_reason", res.finish_reason,

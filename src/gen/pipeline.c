@@ -152,7 +152,9 @@ drama_status drama_synthesize(drama_session *session, const drama_request *req, 
         return st;
     }
     atomic_store(&session->cancel, 0);
+    pthread_mutex_lock(&session->model->run_lock);
     st = dr_pl_run(session, req, on_audio, on_event, user, res, err);
+    pthread_mutex_unlock(&session->model->run_lock);
     if (!res->finish_reason[0]) {
         const char *why = "error";
         if (st == DRAMA_OK) why = "end_token";

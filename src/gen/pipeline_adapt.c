@@ -19,6 +19,7 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
     drama_model *m = calloc(1, sizeof *m);
     if (!m) return dr_fail(err, DRAMA_ENOMEM, "out of memory opening %s", dir);
     drama_status st = DRAMA_OK;
+    pthread_mutex_init(&m->run_lock, NULL);
     m->dir = strdup(dir);
     m->threads = opt->threads;
     m->low_memory = opt->low_memory;
@@ -61,6 +62,7 @@ void dr_pl_model_close(drama_model *m) {
     for (int i = 0; i < m->n_sets; i++) free(m->sets[i]);
     free(m->sets);
     free(m->dir);
+    pthread_mutex_destroy(&m->run_lock);
     free(m);
 }
 

@@ -3,6 +3,7 @@
 #ifndef DRAMA_GEN_PIPELINE_INTERNAL_H
 #define DRAMA_GEN_PIPELINE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "base/pool.h"
@@ -25,6 +26,7 @@ struct drama_model {
     dr_pool *pool;
     dr_codec *codec;  /* decoder + encoder */
     dr_pl_lm *lm;     /* NULL while released (low-memory mode between requests) */
+    pthread_mutex_t run_lock; /* one request at a time per model (shared pool, lazy loads) */
 };
 
 struct drama_session {
