@@ -6,14 +6,15 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "num/formats.h"
 #include "tools/contract_internal.h"
 
 #define U CT_U32
 #define TINY 0x1p-140
 
-enum { OP_RMS, OP_L2, OP_SOFTMAX, OP_ROPE_HALF, OP_ROPE_INTER, OP_ATTEND, OP_CONV, OP_GDN, OP_COUNT };
-static const char *const op_names[OP_COUNT] = {"rms_norm", "l2norm", "softmax", "rope_half",
-                                               "rope_interleaved", "attend", "conv_step", "gdn_step"};
+enum { OP_RMS, OP_L2, OP_SOFTMAX, OP_ROPE_HALF, OP_ROPE_INTER, OP_ATTEND, OP_CONV, OP_GDN, OP_TOPK, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"rms_norm",  "l2norm",    "softmax",  "rope_half", "rope_interleaved",
+                                               "attend",    "conv_step", "gdn_step", "topk"};
 static const char *const op_precision[OP_COUNT] = {
     "sum of squares in double, r = fp32(1/sqrt(ss/n + eps)), y = (x r) w in fp32; tol = 6u|y|",
     "sum of squares in double, x *= fp32(1/sqrt(ss + eps)) * scale; tol = 6u|y|",
@@ -24,9 +25,10 @@ static const char *const op_precision[OP_COUNT] = {
     "score, softmax and (n_pos+2)u sum_t p_t|v_t| bounds",
     "fp32 sum of bias + K products; tol = (K+2)u(|bias| + sum|w x|); window shifted exactly",
     "fp32 recurrence; tol = 2x the first-order bound of decay, k^T S (dk+2)u, rank-1 update, q^T S",
+    "exact: the k largest of p >= 0 in descending order, ties to the lower index, -1 when too few",
 };
 
-enum { OC_NONE = 0, OC_NO_EPS, OC_NO_MAX, OC_NO_SHIFT, OC_NO_DECAY };
+enum { OC_NONE = 0, OC_NO_EPS, OC_NO_MAX, OC_NO_SHIFT, OC_NO_DECAY, OC_TIES_HIGH };
 
 /* fixture kinds */
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
@@ -408,6 +410,64 @@ static void check_gdn(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     }
 }
 
+/* ---- topk ---- */
+
+/* reference selection by (value descending, index ascending) among p >= 0; `round16` ranks the
+ * fp16-rounded values (the discriminating variant), `ties_high` prefers the higher index */
+static void topk_select(const float *p, int n, int k, int *ids, int round16, int ties_high) {
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int used = 0;
+            for (int q = 0; q < r; q++) used |= ids[q] == e;
+            float v = round16 ? ct_h(p[e]) : p[e];
+            if (used || !(v >= 0.0f)) continue;
+            float bv = best < 0 ? 0 : (round16 ? ct_h(p[best]) : p[best]);
+            if (best < 0 || v > bv || (ties_high && v == bv)) best = e;
+        }
+        ids[r] = best;
+    }
+}
+
+static void check_topk(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    uint64_t s = ctx->seed ^ 0x544f504bull;
+    const int ns[] = {1, 5, 16, 256};
+    enum { T_RANDOM, T_TIES, T_NEG, T_NAN, T_NEAR, T_KINDS };
+    static const char *const tk[T_KINDS] = {"random", "ties", "negatives", "nan", "near-ties (1 ulp)"};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        for (int kind = 0; kind < T_KINDS; kind++) {
+            int n = ns[ni], kk = n < 8 ? n + 2 : 8; /* k > n: the tail must be -1 */
+            float p[256];
+            int ids[260], rid[260], aid[260];
+            for (int e = 0; e < n; e++) {
+                double u = ct_rand_uniform(&s);
+                p[e] = (float)u;
+                if (kind == T_TIES) p[e] = (float)((int)(u * 3) / 4.0);
+                if (kind == T_NEG && e % 2) p[e] = -(float)u;
+                if (kind == T_NAN && e % 3 == 1) p[e] = NAN;
+                if (kind == T_NEAR) p[e] = dr_f32_from_bits(dr_f32_bits(0.3f) + (uint32_t)(ct_rand_u64(&s) % 16));
+            }
+            for (int r = 0; r < kk; r++) ids[r] = 0x7FFFFFF;
+            if (k->control == OC_TIES_HIGH) topk_select(p, n, kk, ids, 0, 1);
+            else dr_op_topk(p, n, kk, ids);
+            topk_select(p, n, kk, rid, 0, 0);
+            topk_select(p, n, kk, aid, 1, 0);
+            float out[260], alt[260];
+            double ref[260], tol[260];
+            for (int r = 0; r < kk; r++) {
+                out[r] = (float)ids[r];
+                alt[r] = (float)aid[r];
+                ref[r] = rid[r];
+                tol[r] = 0;
+            }
+            char name[96];
+            snprintf(name, sizeof name, "%s n=%d k=%d", tk[kind], n, kk);
+            ct_compare(res, name, out, ref, tol, kk);
+            if (kind == T_NEAR && n == 256) ct_discriminate(res, name, alt, ref, tol, kk);
+        }
+    }
+}
+
 /* ---- timing on a fixed shape ---- */
 
 static double time_op(const ct_kernel *k, ct_ctx *ctx) {
@@ -428,6 +488,11 @@ static double time_op(const ct_kernel *k, ct_ctx *ctx) {
         case OP_ATTEND: dr_op_attend(a, c, d, 1024, 64, 64, 0.125f, sc, b); break;
         case OP_CONV: dr_op_conv_step(c, a, d, NULL, 4, N, 0, N, b); break;
         case OP_GDN: dr_op_gdn_step(c, a, b, a, -0.1f, 0.5f, 128, 128, sc, b + 1024); break;
+        case OP_TOPK: {
+            int ids[8];
+            dr_op_topk(a, 256, 8, ids);
+            break;
+        }
         default: break;
         }
         double dt = ct_now_ms() - t0;
@@ -436,10 +501,10 @@ static double time_op(const ct_kernel *k, ct_ctx *ctx) {
     return best;
 }
 
-static const char *const op_time_shape[OP_COUNT] = {"n=4096",          "n=4096",  "n=4096",
-                                                    "half=32",         "half=32", "n_pos=1024 hd=64",
-                                                    "K=4 C=4096",      "128x128"};
-static const double op_limit_ms[OP_COUNT] = {0.05, 0.05, 0.2, 0.01, 0.01, 0.5, 0.1, 0.2};
+static const char *const op_time_shape[OP_COUNT] = {"n=4096",     "n=4096",  "n=4096",
+                                                    "half=32",    "half=32", "n_pos=1024 hd=64",
+                                                    "K=4 C=4096", "128x128", "n=256 k=8"};
+static const double op_limit_ms[OP_COUNT] = {0.05, 0.05, 0.2, 0.01, 0.01, 0.5, 0.1, 0.2, 0.05};
 
 static ct_check_fn op_check(int op) {
     switch (op) {
@@ -450,6 +515,7 @@ static ct_check_fn op_check(int op) {
     case OP_ROPE_INTER: return check_rope;
     case OP_ATTEND: return check_attend;
     case OP_CONV: return check_conv;
+    case OP_TOPK: return check_topk;
     default: return check_gdn;
     }
 }
@@ -469,6 +535,7 @@ int ct_ops_controls(ct_kernel *out, int max) {
         {OP_SOFTMAX, OC_NO_MAX, "no max subtraction"},
         {OP_CONV, OC_NO_SHIFT, "window not advanced"},
         {OP_GDN, OC_NO_DECAY, "state decay skipped"},
+        {OP_TOPK, OC_TIES_HIGH, "ties to the higher index"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
