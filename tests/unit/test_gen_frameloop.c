@@ -501,6 +501,33 @@ static void test_clone(void **state) {
     dr_gen_session_free(b);
 }
 
+/* tower.prefill_codes = same_row and tower.input = pre_norm reach the frame loop: the greedy
+ * codes change (the golden run uses the defaults, so equality would mean the switch is ignored),
+ * and the run is still deterministic. */
+static void test_frameloop_switches(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    o.sp.temperature = 0;
+    o.frames = 8;
+    run_result base = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    const char *sets[2] = {"tower.prefill_codes=same_row", "tower.input=pre_norm"};
+    for (int i = 0; i < 2; i++) {
+        dr_gen_lm *lm;
+        drama_error e = {0};
+        if (dr_gen_lm_open(tu_model_dir("tiny-drama3"), &sets[i], 1, 1, NULL, &lm, &e)) fail_msg("%s", e.message);
+        run_result a = run(&lm->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+        run_result b = run(&lm->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+        assert_same(&a, &b, NC, sets[i]);
+        assert_int_equal(a.st, DRAMA_OK);
+        int differs = a.n != base.n || memcmp(a.codes, base.codes, (size_t)base.n * NC * sizeof(int32_t));
+        printf("%s: codes %s the default's\n", sets[i], differs ? "differ from" : "EQUAL");
+        assert_true(differs);
+        dr_gen_lm_close(lm);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_noref),
@@ -513,6 +540,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_then_fresh_run),
         cmocka_unit_test(test_extend_equals_whole),
         cmocka_unit_test(test_clone),
+        cmocka_unit_test(test_frameloop_switches),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
