@@ -31,15 +31,16 @@ static void cpu_state_free(void *impl, void *state) {
     dr_bb_state_free(state);
 }
 
-static drama_status grow(dr_gen_cpu_backbone *c, int64_t rows, drama_error *err) {
-    if (rows <= c->scratch_rows) return DRAMA_OK;
-    dr_free(c->scratch_h);
-    dr_free(c->scratch_l);
-    c->scratch_h = dr_alloc((size_t)rows * c->bb->d.H * sizeof(float));
-    c->scratch_l = dr_alloc((size_t)rows * dr_backbone_n_logits(c->bb) * sizeof(float));
-    c->scratch_rows = (c->scratch_h && c->scratch_l) ? rows : 0;
-    if (!c->scratch_rows) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory for %lld rows", (long long)rows);
-    return DRAMA_OK;
+/* Outputs of one backbone call: hidden [rows][H] and logits [rows][n_logits]. Allocated per call
+ * (small next to the work) so the adapter holds no mutable state. */
+static drama_status alloc_out(const dr_backbone *bb, int64_t rows, float **h, float **l, drama_error *err) {
+    *h = dr_alloc((size_t)rows * bb->d.H * sizeof(float));
+    *l = dr_alloc((size_t)rows * dr_backbone_n_logits(bb) * sizeof(float));
+    if (*h && *l) return DRAMA_OK;
+    dr_free(*h);
+    dr_free(*l);
+    *h = *l = NULL;
+    return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory for %lld rows", (long long)rows);
 }
 
 static drama_status cpu_forward(void *impl, void *const *states, int n_states, const int32_t *const *rows,
@@ -48,40 +49,39 @@ static drama_status cpu_forward(void *impl, void *const *states, int n_states, c
     dr_gen_cpu_backbone *c = impl;
     int64_t H = c->bb->d.H, nl = dr_backbone_n_logits(c->bb);
     int W = dr_backbone_row_width(c->bb);
+    float *oh, *ol;
     drama_status st;
     int all_single = 1;
     for (int i = 0; i < n_states; i++) all_single &= n_rows[i] == 1;
     if (n_states > 1 && all_single && !pre_norm) {
         /* one row per state: the batched decode step */
-        if ((st = grow(c, n_states, err))) return st;
+        if ((st = alloc_out(c->bb, n_states, &oh, &ol, err))) return st;
         int32_t *rowbuf = dr_alloc((size_t)n_states * W * sizeof(int32_t));
-        if (!rowbuf) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
-        for (int i = 0; i < n_states; i++) memcpy(rowbuf + (int64_t)i * W, rows[i], (size_t)W * sizeof(int32_t));
-        st = dr_backbone_step_batch(c->bb, (dr_bb_state *const *)states, n_states, rowbuf, c->scratch_h, c->scratch_l,
-                                    c->pool, err);
-        dr_free(rowbuf);
-        if (st) return st;
-        for (int i = 0; i < n_states; i++) {
-            if (hidden[i]) memcpy(hidden[i], c->scratch_h + i * H, (size_t)H * sizeof(float));
-            if (logits[i]) memcpy(logits[i], c->scratch_l + i * nl, (size_t)nl * sizeof(float));
+        if (!rowbuf) st = dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
+        for (int i = 0; !st && i < n_states; i++) memcpy(rowbuf + (int64_t)i * W, rows[i], (size_t)W * sizeof(int32_t));
+        if (!st) st = dr_backbone_step_batch(c->bb, (dr_bb_state *const *)states, n_states, rowbuf, oh, ol, c->pool, err);
+        for (int i = 0; !st && i < n_states; i++) {
+            if (hidden[i]) memcpy(hidden[i], oh + i * H, (size_t)H * sizeof(float));
+            if (logits[i]) memcpy(logits[i], ol + i * nl, (size_t)nl * sizeof(float));
         }
-        return DRAMA_OK;
+        dr_free(rowbuf);
+        dr_free(oh);
+        dr_free(ol);
+        return st;
     }
     for (int i = 0; i < n_states; i++) {
         int64_t n = n_rows[i];
-        if ((st = grow(c, n, err))) return st;
+        if ((st = alloc_out(c->bb, n, &oh, &ol, err))) return st;
         float *pre = NULL;
-        if (pre_norm) {
-            pre = dr_alloc((size_t)n * H * sizeof(float));
-            if (!pre) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
-        }
+        if (pre_norm && !(pre = dr_alloc((size_t)n * H * sizeof(float)))) st = dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
         dr_bb_trace tr = {0};
         tr.pre_norm = pre;
-        st = dr_backbone_forward(c->bb, states[i], rows[i], n, c->scratch_h, c->scratch_l, pre ? &tr : NULL, c->pool,
-                                 err);
-        if (!st && hidden[i]) memcpy(hidden[i], pre ? pre : c->scratch_h, (size_t)n * H * sizeof(float));
-        if (!st && logits[i]) memcpy(logits[i], c->scratch_l + (n - 1) * nl, (size_t)nl * sizeof(float));
+        if (!st) st = dr_backbone_forward(c->bb, states[i], rows[i], n, oh, ol, pre ? &tr : NULL, c->pool, err);
+        if (!st && hidden[i]) memcpy(hidden[i], pre ? pre : oh, (size_t)n * H * sizeof(float));
+        if (!st && logits[i]) memcpy(logits[i], ol + (n - 1) * nl, (size_t)nl * sizeof(float));
         dr_free(pre);
+        dr_free(oh);
+        dr_free(ol);
         if (st) return st;
     }
     return DRAMA_OK;
@@ -102,11 +102,7 @@ void dr_gen_backbone_cpu(dr_gen_cpu_backbone *impl, const dr_backbone *bb, dr_po
 }
 
 void dr_gen_backbone_cpu_release(dr_gen_cpu_backbone *impl) {
-    if (!impl) return;
-    dr_free(impl->scratch_h);
-    dr_free(impl->scratch_l);
-    impl->scratch_h = impl->scratch_l = NULL;
-    impl->scratch_rows = 0;
+    (void)impl; /* nothing held: kept so callers need not change if that changes */
 }
 
 /* ---------------- opening a model directory ---------------- */

@@ -21,11 +21,11 @@
 #include "text/tokenizer.h"
 
 /* The frame loop's backbone interface over model/backbone.h (impl = this struct). */
+/* The adapter holds no mutable state; the pool is not reentrant, so one model (one pool) is
+ * driven by one thread at a time (batch sessions with dr_gen_next_many instead). */
 typedef struct dr_gen_cpu_backbone {
     const dr_backbone *bb;
     dr_pool *pool;
-    float *scratch_h, *scratch_l; /* grown on demand; one caller at a time */
-    int64_t scratch_rows;
 } dr_gen_cpu_backbone;
 
 /* Fill `out` to drive `bb` (token ids already set on bb) through `impl` (caller-owned, zeroed). */
