@@ -31,6 +31,7 @@ typedef struct test_weight {
     uint8_t *data, *scales, *biases;
 } test_weight;
 
+static int g_affine_bits = 4;
 static int g_block_cols = 40; /* FP8 block width of the next weight: 40 is ragged, 64 takes the fused path */
 
 static void make_weight(test_weight *t, dr_wfmt fmt, int64_t rows, int64_t cols) {
@@ -109,14 +110,14 @@ static void make_weight(test_weight *t, dr_wfmt fmt, int64_t rows, int64_t cols)
         p2 = &t2;
         break;
     case DR_WF_AFFINE: {
-        int g = 32;
-        t->data = malloc((size_t)(rows * cols / 2));
+        int g = 32, bits = g_affine_bits;
+        t->data = malloc((size_t)(rows * cols * bits / 8));
         t->scales = malloc((size_t)(rows * cols / g) * 2);
         t->biases = malloc((size_t)(rows * cols / g) * 2);
-        assert_int_equal(dr_quant_affine(src, rows, cols, 4, g, DR_DT_BF16, t->data, t->scales, t->biases, &err), 0);
+        assert_int_equal(dr_quant_affine(src, rows, cols, bits, g, DR_DT_BF16, t->data, t->scales, t->biases, &err), 0);
         tw.dtype = DR_DT_U32;
-        tw.shape[1] = cols / 8;
-        tw.nbytes = (size_t)(rows * cols / 2);
+        tw.shape[1] = cols * bits / 32;
+        tw.nbytes = (size_t)(rows * cols * bits / 8);
         ts.dtype = tb.dtype = DR_DT_BF16;
         ts.shape[0] = tb.shape[0] = rows;
         ts.shape[1] = tb.shape[1] = cols / g;
@@ -258,6 +259,10 @@ static void test_formats_ragged(void **state) {
     check_format(DR_WF_NVFP4, 17, 272);
     check_format(DR_WF_AFFINE, 21, 96);
     check_format(DR_WF_AFFINE, 9, 320);
+    g_affine_bits = 8;
+    check_format(DR_WF_AFFINE, 11, 96);
+    check_format(DR_WF_AFFINE, 6, 160);
+    g_affine_bits = 4;
 }
 
 /* The E4M3 vector decode against the table for every code, NaN codes included. */
@@ -303,6 +308,46 @@ static void test_fp8_all_codes_paths(void **state) {
         for (int i = 0; i < 263; i++)
             if (dr_f32_bits(a[i]) != dr_f32_bits(b[i]))
                 fail_msg("code 0x%02x scale %a: %a vs reference %a", fin[i], (double)sc, (double)b[i], (double)a[i]);
+    }
+}
+
+/* NVFP4 over every code and block scale, with global scales that push the block tables of the
+ * vector path out of their exact range (tiny, huge, negative): all paths agree bit for bit. */
+static void test_nvfp4_extreme_scales(void **state) {
+    (void)state;
+    enum { R = 4, C = 256 };
+    uint8_t packed[R * C / 2], scales[R * C / 16];
+    for (int i = 0; i < R * C / 2; i++) packed[i] = (uint8_t)(i * 7 + 3);
+    for (int i = 0; i < R * C / 16; i++) scales[i] = (uint8_t)((i * 5) % 127); /* 0x00..0x7E, never NaN */
+    const float globals[] = {1.0f, -0.75f, 1e-36f, 3e-39f, 1e30f, 3.4e38f, 0x1p-10f};
+    float x[3 * C];
+    for (int i = 0; i < 3 * C; i++) x[i] = frand();
+    for (size_t gi = 0; gi < sizeof globals / sizeof globals[0]; gi++) {
+        float g = globals[gi];
+        dr_tensor tw = {.name = "nv.weight", .dtype = DR_DT_U8, .ndim = 2, .shape = {R, C / 2}, .data = packed,
+                        .nbytes = sizeof packed};
+        dr_tensor ts = {.name = "nv.weight_scale", .dtype = DR_DT_F8_E4M3, .ndim = 2, .shape = {R, C / 16},
+                        .data = scales, .nbytes = sizeof scales};
+        dr_tensor t2 = {.name = "nv.weight_scale_2", .dtype = DR_DT_F32, .ndim = 0, .data = (uint8_t *)&g, .nbytes = 4};
+        dr_weight w;
+        drama_error err = {0};
+        assert_int_equal(dr_weight_bind(&tw, &ts, &t2, NULL, -1, 0, 0, &w, &err), DRAMA_OK);
+        float a[C], b[C];
+        for (int r = 0; r < R; r++) {
+            dr_weight_dequant_row(&w, r, a);
+            dr_cpu_dequant_row_path(&w, r, b, DR_CPU_AUTO);
+            for (int c = 0; c < C; c++)
+                if (dr_f32_bits(a[c]) != dr_f32_bits(b[c]))
+                    fail_msg("g=%a r=%d c=%d: %a vs reference %a", (double)g, r, c, (double)b[c], (double)a[c]);
+        }
+        float y1[3 * R], y2[3 * R];
+        for (int nn = 1; nn <= 3; nn += 2) {
+            dr_cpu_matmul_path(&w, 0, R, x, nn, y1, NULL, DR_CPU_PORTABLE);
+            dr_cpu_matmul_path(&w, 0, R, x, nn, y2, NULL, DR_CPU_AUTO);
+            for (int i = 0; i < nn * R; i++)
+                if (dr_f32_bits(y1[i]) != dr_f32_bits(y2[i]) && !(isnan(y1[i]) && isnan(y2[i])))
+                    fail_msg("g=%a n=%d y[%d]: %a vs portable %a", (double)g, nn, i, (double)y2[i], (double)y1[i]);
+        }
     }
 }
 
@@ -381,6 +426,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_ragged),
         cmocka_unit_test(test_fp8_all_codes_paths),
+        cmocka_unit_test(test_nvfp4_extreme_scales),
         cmocka_unit_test(test_nonfinite_activations),
         cmocka_unit_test(test_golden_units_matmul),
     };
