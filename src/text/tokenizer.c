@@ -200,12 +200,12 @@ static drama_status check_pre_tokenizer(dr_tok *tok, json_t *pre, drama_error *e
 #define ONIG_SPACE "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
 static char *translate_pattern(const char *p) {
-    size_t n = strlen(p), cap = n * 8 + 256;
+    /* a two-byte escape grows to at most sizeof ONIG_SPACE + 3 bytes: 64 per input byte is enough */
+    size_t n = strlen(p), cap = n * 64 + 256;
     char *out = malloc(cap), *o = out;
     if (!out) return NULL;
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
-        if ((size_t)(o - out) + 128 > cap) break; /* cannot happen: cap covers the worst case */
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
