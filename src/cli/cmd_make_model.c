@@ -13,7 +13,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: drama make-model DIR [--shape tiny|full|custom] [--seed S]\n"
             "         [--experts bf16|fp8|nvfp4|q4] [--q4-group 32|64|128] [--prune K]\n"
-            "         [--layout per-expert|fused] [--shards N] [--codec tiny|real|none]\n"
+            "         [--layout per-expert|fused] [--shards N] [--codec tiny|real|none] [--threads N]\n"
             "         [dimension flags]\n\n"
             "Writes config.json, sharded safetensors + index, tokenizer.json and codec.safetensors +\n"
             "codec.json with seeded random weights (same seed -> identical files).\n"
@@ -123,6 +123,9 @@ int cmd_make_model(int argc, char **argv) {
         } else if (!strcmp(a, "--shards")) {
             if (!parse_i64(a, v, 1, 99999, &n)) return DR_EXIT_USAGE;
             o.shards = (int)n;
+        } else if (!strcmp(a, "--threads")) {
+            if (!parse_i64(a, v, 0, 1024, &n)) return DR_EXIT_USAGE;
+            o.threads = (int)n;
         } else if (!strcmp(a, "--test-omit")) {
             o.test_omit = v;
         } else if (!strcmp(a, "--test-misshape")) {

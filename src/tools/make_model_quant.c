@@ -38,29 +38,48 @@ int mm_quant_components(const dr_mm_options *o, int64_t rows, int64_t cols, mm_q
     return 0;
 }
 
-struct mm_quant_cache {
+/* One encoded expert matrix with all its components. */
+typedef struct mm_qslot {
     int layer, expert, proj;      /* what is held; layer -1 = nothing */
     float *src, *partner;         /* the source matrix; nvfp4: the gate/up partner for the shared scale */
     size_t src_cap;
     uint8_t *part[MM_Q_KINDS];    /* bytes per component kind */
     size_t len[MM_Q_KINDS], cap[MM_Q_KINDS];
+    drama_error err;              /* of the last encode into this slot */
+} mm_qslot;
+
+struct mm_quant_cache {
+    int n;
+    mm_qslot *slots;
 };
 
-mm_quant_cache *mm_quant_cache_new(void) {
+mm_quant_cache *mm_quant_cache_new(int nslots) {
     mm_quant_cache *c = calloc(1, sizeof *c);
-    if (c) c->layer = -1;
+    if (!c) return NULL;
+    c->n = nslots > 0 ? nslots : 1;
+    c->slots = calloc((size_t)c->n, sizeof *c->slots);
+    if (!c->slots) {
+        free(c);
+        return NULL;
+    }
+    for (int i = 0; i < c->n; i++) c->slots[i].layer = -1;
     return c;
 }
 
 void mm_quant_cache_free(mm_quant_cache *c) {
     if (!c) return;
-    free(c->src);
-    free(c->partner);
-    for (int i = 0; i < MM_Q_KINDS; i++) free(c->part[i]);
+    for (int s = 0; s < c->n; s++) {
+        free(c->slots[s].src);
+        free(c->slots[s].partner);
+        for (int i = 0; i < MM_Q_KINDS; i++) free(c->slots[s].part[i]);
+    }
+    free(c->slots);
     free(c);
 }
 
-static uint8_t *slot(mm_quant_cache *c, int kind, size_t n) {
+int mm_quant_cache_slots(const mm_quant_cache *c) { return c->n; }
+
+static uint8_t *slot(mm_qslot *c, int kind, size_t n) {
     if (c->cap[kind] < n) {
         uint8_t *p = realloc(c->part[kind], n);
         if (!p) return NULL;
@@ -71,7 +90,7 @@ static uint8_t *slot(mm_quant_cache *c, int kind, size_t n) {
     return c->part[kind];
 }
 
-static drama_status encode(mm_quant_cache *c, const dr_mm_options *o, int layer, int e, int proj, drama_error *err) {
+static drama_status encode(mm_qslot *c, const dr_mm_options *o, int layer, int e, int proj, drama_error *err) {
     int64_t rows = proj == 2 ? o->dims.hidden : o->dims.moe_inter;
     int64_t cols = proj == 2 ? o->dims.moe_inter : o->dims.hidden;
     size_t n = (size_t)(rows * cols);
@@ -137,15 +156,49 @@ static drama_status encode(mm_quant_cache *c, const dr_mm_options *o, int layer,
     return DRAMA_OK;
 }
 
+typedef struct prep_ctx {
+    mm_quant_cache *c;
+    const dr_mm_options *o;
+    const mm_qsrc *src;
+} prep_ctx;
+
+static void prep_one(void *ctx, int64_t i, int worker) {
+    (void)worker;
+    prep_ctx *p = ctx;
+    mm_qslot *sl = &p->c->slots[i];
+    sl->err = (drama_error){0};
+    encode(sl, p->o, p->src[i].layer, p->src[i].expert, p->src[i].proj, &sl->err);
+}
+
+drama_status mm_quant_prepare(mm_quant_cache *c, const dr_mm_options *o, dr_pool *pool, const mm_qsrc *src, int n,
+                              drama_error *err) {
+    if (n > c->n) n = c->n;
+    prep_ctx p = {c, o, src};
+    dr_pool_run(pool, n, prep_one, &p); /* slot i <- source i: independent of the thread count */
+    for (int i = 0; i < n; i++)
+        if (c->slots[i].err.code) return dr_fail(err, c->slots[i].err.code, "%s", c->slots[i].err.message);
+    return DRAMA_OK;
+}
+
+int mm_quant_has(const mm_quant_cache *c, int layer, int expert, int proj) {
+    for (int i = 0; i < c->n; i++)
+        if (c->slots[i].layer == layer && c->slots[i].expert == expert && c->slots[i].proj == proj) return 1;
+    return 0;
+}
+
 drama_status mm_quant_get(mm_quant_cache *c, const dr_mm_options *o, int layer, int expert, int proj, int kind,
                           const void **bytes, size_t *nbytes, drama_error *err) {
-    if (c->layer != layer || c->expert != expert || c->proj != proj) {
-        drama_status st = encode(c, o, layer, expert, proj, err);
+    mm_qslot *sl = NULL;
+    for (int i = 0; i < c->n && !sl; i++)
+        if (c->slots[i].layer == layer && c->slots[i].expert == expert && c->slots[i].proj == proj) sl = &c->slots[i];
+    if (!sl) { /* not prepared: encode here */
+        sl = &c->slots[0];
+        drama_status st = encode(sl, o, layer, expert, proj, err);
         if (st) return st;
     }
-    if (kind < 0 || kind >= MM_Q_KINDS || !c->part[kind])
+    if (kind < 0 || kind >= MM_Q_KINDS || !sl->part[kind])
         return dr_fail(err, DRAMA_EINTERNAL, "expert component %d not produced", kind);
-    *bytes = c->part[kind];
-    *nbytes = c->len[kind];
+    *bytes = sl->part[kind];
+    *nbytes = sl->len[kind];
     return DRAMA_OK;
 }

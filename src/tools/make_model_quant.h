@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/pool.h"
 #include "base/tensor.h"
 #include "tools/make_model.h"
 
@@ -30,10 +31,17 @@ typedef struct mm_q_component {
 /* The stored tensors of one [rows, cols] expert matrix, in write order. Returns their count. */
 int mm_quant_components(const dr_mm_options *o, int64_t rows, int64_t cols, mm_q_component out[MM_Q_MAX]);
 
-/* Encodes one expert matrix at a time and keeps all its components until another is asked for. */
+/* Encoded expert matrices (all components), `nslots` at a time: mm_quant_prepare encodes up to
+ * nslots sources in parallel (slot i <- source i); mm_quant_get serves a prepared one, or encodes
+ * it on the spot. Memory: nslots matrices. */
 typedef struct mm_quant_cache mm_quant_cache;
-mm_quant_cache *mm_quant_cache_new(void);
+typedef struct mm_qsrc { int layer, expert, proj; } mm_qsrc;
+mm_quant_cache *mm_quant_cache_new(int nslots);
 void mm_quant_cache_free(mm_quant_cache *c);
+int mm_quant_cache_slots(const mm_quant_cache *c);
+int mm_quant_has(const mm_quant_cache *c, int layer, int expert, int proj);
+drama_status mm_quant_prepare(mm_quant_cache *c, const dr_mm_options *o, dr_pool *pool, const mm_qsrc *src, int n,
+                              drama_error *err);
 drama_status mm_quant_get(mm_quant_cache *c, const dr_mm_options *o, int layer, int expert, int proj, int kind,
                           const void **bytes, size_t *nbytes, drama_error *err);
 

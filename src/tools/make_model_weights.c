@@ -270,14 +270,38 @@ static float init_value(init_kind k, double amp, double u) {
     return 0;
 }
 
-enum { CHUNK = 1 << 16 };
+enum { CHUNK = 1 << 20, BLOCK = 1 << 14 };
 
-/* Emit n floats as dtype (BF16 / F32) through the writer. */
-static drama_status put(dr_st_writer *w, dr_dtype dt, const float *v, int64_t n, void *scratch, drama_error *err) {
-    if (dt == DR_DT_F32) return dr_st_writer_write(w, v, (size_t)n * 4, err);
-    uint16_t *b = scratch;
-    for (int64_t i = 0; i < n; i++) b[i] = dr_f32_to_bf16(v[i]);
-    return dr_st_writer_write(w, b, (size_t)n * 2, err);
+/* A piece of a dense tensor, filled in parallel blocks of BLOCK values (each value depends only
+ * on its index, so the bytes do not depend on the thread count). */
+typedef struct fill_ctx {
+    const dr_mm_options *o;
+    const mm_t *t;
+    uint64_t key;
+    int64_t off, n;
+    float *buf;
+    uint16_t *bf16;           /* NULL: keep F32 */
+    /* fused expert rows: */
+    int layer, expert, proj;
+    int64_t r0, cols;
+} fill_ctx;
+
+static void fill_dense(void *ctx, int64_t b, int worker) {
+    (void)worker;
+    fill_ctx *f = ctx;
+    int64_t lo = b * BLOCK, hi = lo + BLOCK < f->n ? lo + BLOCK : f->n;
+    for (int64_t j = lo; j < hi; j++) {
+        f->buf[j] = init_value(f->t->init, f->t->amp, dr_mm_uniform(f->o->seed, f->key, (uint64_t)(f->off + j)));
+        if (f->bf16) f->bf16[j] = dr_f32_to_bf16(f->buf[j]);
+    }
+}
+
+static void fill_rows(void *ctx, int64_t r, int worker) {
+    (void)worker;
+    fill_ctx *f = ctx;
+    float *row = f->buf + r * f->cols;
+    mm_expert_rows(f->o, f->layer, f->expert, f->proj, f->r0 + r, 1, row);
+    for (int64_t c = 0; c < f->cols; c++) f->bf16[r * f->cols + c] = dr_f32_to_bf16(row[c]);
 }
 
 /* Rows [r0, r0+nr) of a per-expert source matrix, rounded through BF16 like a stored weight. */
@@ -293,18 +317,21 @@ void mm_expert_rows(const dr_mm_options *o, int layer, int e, int proj, int64_t 
     }
 }
 
-static drama_status write_tensor(dr_st_writer *w, const dr_mm_options *o, const mm_t *t, const int *kept,
-                                 float *buf, void *scratch, mm_quant_cache *qc, drama_error *err) {
+static drama_status write_tensor(dr_st_writer *w, const dr_mm_options *o, const mm_list *l, int idx, const int *kept,
+                                 float *buf, void *scratch, mm_quant_cache *qc, dr_pool *pool, drama_error *err) {
+    const mm_t *t = &l->t[idx];
     drama_status st = DRAMA_OK;
     if (t->part == PART_DENSE) {
         int64_t numel = 1;
         for (int i = 0; i < t->ndim; i++) numel *= t->shape[i];
-        uint64_t key = dr_mm_name_key(t->name);
+        fill_ctx f = {.o = o, .t = t, .key = dr_mm_name_key(t->name), .buf = buf,
+                      .bf16 = t->dtype == DR_DT_BF16 ? scratch : NULL};
         for (int64_t off = 0; off < numel && !st; off += CHUNK) {
-            int64_t n = numel - off < CHUNK ? numel - off : CHUNK;
-            for (int64_t j = 0; j < n; j++)
-                buf[j] = init_value(t->init, t->amp, dr_mm_uniform(o->seed, key, (uint64_t)(off + j)));
-            st = put(w, t->dtype, buf, n, scratch, err);
+            f.off = off;
+            f.n = numel - off < CHUNK ? numel - off : CHUNK;
+            dr_pool_run(pool, (f.n + BLOCK - 1) / BLOCK, fill_dense, &f);
+            st = f.bf16 ? dr_st_writer_write(w, f.bf16, (size_t)f.n * 2, err)
+                        : dr_st_writer_write(w, buf, (size_t)f.n * 4, err); /* little-endian hosts */
         }
         return st;
     }
@@ -312,19 +339,36 @@ static drama_status write_tensor(dr_st_writer *w, const dr_mm_options *o, const 
         /* slice k = the k-th kept expert; gate_up = gate rows then up rows */
         int64_t cols = t->shape[2];
         int64_t rows_per = CHUNK / cols > 0 ? CHUNK / cols : 1;
+        fill_ctx f = {.o = o, .t = t, .buf = buf, .bf16 = scratch, .layer = t->layer, .cols = cols};
         for (int64_t k = 0; k < t->shape[0] && !st; k++) {
             int parts = t->part == PART_FUSED_GU ? 2 : 1;
             for (int p = 0; p < parts && !st; p++) {
-                int proj = t->part == PART_FUSED_GU ? p : 2;
                 int64_t rows = t->part == PART_FUSED_GU ? t->shape[1] / 2 : t->shape[1];
+                f.expert = kept[k];
+                f.proj = t->part == PART_FUSED_GU ? p : 2;
                 for (int64_t r = 0; r < rows && !st; r += rows_per) {
                     int64_t nr = rows - r < rows_per ? rows - r : rows_per;
-                    mm_expert_rows(o, t->layer, kept[k], proj, r, nr, buf);
-                    st = put(w, DR_DT_BF16, buf, nr * cols, scratch, err);
+                    f.r0 = r;
+                    dr_pool_run(pool, nr, fill_rows, &f);
+                    st = dr_st_writer_write(w, scratch, (size_t)(nr * cols) * 2, err);
                 }
             }
         }
         return st;
+    }
+    if (!mm_quant_has(qc, t->layer, t->expert, t->proj)) {
+        /* encode this matrix and the next ones of the same shard in parallel */
+        mm_qsrc src[64];
+        int n = 0, cap = mm_quant_cache_slots(qc) < 64 ? mm_quant_cache_slots(qc) : 64;
+        for (int i = idx; i < l->n && n < cap; i++) {
+            const mm_t *u = &l->t[i];
+            if (u->part != PART_QUANT || u->shard != t->shard) continue;
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = src[k].layer == u->layer && src[k].expert == u->expert && src[k].proj == u->proj;
+            if (!seen) src[n++] = (mm_qsrc){u->layer, u->expert, u->proj};
+        }
+        if ((st = mm_quant_prepare(qc, o, pool, src, n, err))) return st;
     }
     const void *bytes;
     size_t nbytes;
@@ -423,9 +467,11 @@ drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t v
     int *n_kept = calloc((size_t)L, sizeof *n_kept);
     float *buf = malloc(CHUNK * sizeof *buf);
     void *scratch = malloc(CHUNK * sizeof(float));
-    mm_quant_cache *qc = mm_quant_cache_new();
+    dr_pool *pool = dr_pool_create(o->threads);
+    int nth = pool ? dr_pool_threads(pool) : 1;
+    mm_quant_cache *qc = mm_quant_cache_new(nth < 32 ? nth : 32);
     dr_st_writer *w = NULL;
-    int ok = kept && n_kept && buf && scratch && qc;
+    int ok = kept && n_kept && buf && scratch && qc && pool;
     for (int i = 0; ok && i < L; i++) ok = (kept[i] = malloc((size_t)o->dims.experts * sizeof(int))) != NULL;
     if (!ok) {
         st = dr_fail(err, DRAMA_ENOMEM, "make-model: out of memory");
@@ -458,7 +504,7 @@ drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t v
         for (int i = 0; i < l.n && !st; i++)
             if (l.t[i].shard == s) {
                 const int *kp = l.t[i].layer >= 0 ? kept[l.t[i].layer] : NULL;
-                st = write_tensor(w, o, &l.t[i], kp, buf, scratch, qc, err);
+                st = write_tensor(w, o, &l, i, kp, buf, scratch, qc, pool, err);
                 if (st) dr_error_prefix(err, "%s: ", l.t[i].name);
             }
         if (!st) st = dr_st_writer_finish(w, err);
@@ -476,5 +522,6 @@ done:
     free(buf);
     free(scratch);
     mm_quant_cache_free(qc);
+    dr_pool_free(pool);
     return st;
 }
