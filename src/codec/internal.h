@@ -29,10 +29,13 @@ enum {
 #define DR_CS_CLAMP_N_SHIFT 24
 #define DR_CS_CLAMP_N_MASK (0xffull << DR_CS_CLAMP_N_SHIFT)
 
+#define CD_WPACK 8 /* output channels per packed weight block */
+
 typedef struct cd_conv {
     int cin, cout, k, dil, stride, groups, transposed;
-    float *w;   /* normal: [cout][cin/groups][k]; transposed: per output phase q < stride a stride-1
-                 * conv [cout][cin][ceil(k/stride)] (re-laid at load, ops.c) */
+    float *w;   /* packed by cd_pack_weights: [ceil(cout/8)][cin/groups][k][8] (zero-padded rows);
+                 * transposed: per output phase q < stride one such stride-1 conv with
+                 * ceil(k/stride) taps (re-laid at load); read one value with cd_weight_at */
     float *b;   /* [cout] */
     int hist;   /* history columns carried between calls (0: stateless) */
     int state;  /* index in the path's state table, -1 when hist == 0 */
@@ -135,6 +138,12 @@ void cd_state_reset(cd_state *s, const dr_codec *c, int path);
 void cd_state_free(cd_state *s);
 
 /* ---- ops (ops.c) ---- all return DRAMA_ENOMEM on allocation failure */
+/* w [cout][cin_g][k] -> packed [ceil(cout/8)][cin_g][k][8]; packed holds cd_packed_len floats. */
+void cd_pack_weights(const float *w, float *packed, int cout, int cin_g, int k);
+static inline int64_t cd_packed_len(int cout, int cin_g, int k) {
+    return (int64_t)(cout + CD_WPACK - 1) / CD_WPACK * CD_WPACK * cin_g * k;
+}
+float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk);
 /* x [cin][L] -> y [cout][L_out]; L must be a multiple of stride for strided convs. */
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
                          drama_error *err);

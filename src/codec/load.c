@@ -195,31 +195,60 @@ static void new_state(ld *L, cd_conv *cv, int path) {
     L->conv_state_size[path][L->conv_states[path]++] = cv->cin * cv->hist;
 }
 
+/* Replace an owned buffer by another (frees the old one now: weights are large). */
+static void disown(ld *L, void *p) {
+    dr_codec *c = L->c;
+    for (int64_t i = c->n_owned - 1; i >= 0; i--)
+        if (c->owned[i] == p) {
+            dr_free(p);
+            c->owned[i] = c->owned[--c->n_owned];
+            return;
+        }
+}
+
+/* pack w [cout][cin_g][k] for the kernels (ops.c); returns the packed owned buffer */
+static float *pack(ld *L, float *w, int cout, int cin_g, int k) {
+    float *pk = own(L, (size_t)cd_packed_len(cout, cin_g, k) * sizeof(float));
+    if (!pk) return NULL;
+    cd_pack_weights(w, pk, cout, cin_g, k);
+    return pk;
+}
+
 static void conv_setup(ld *L, cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed,
                        float *w, float *b, int path) {
     cv->cin = cin, cv->cout = cout, cv->k = k, cv->dil = dil, cv->stride = stride, cv->groups = groups;
     cv->transposed = transposed;
     cv->b = b;
-    cv->w = w;
+    cv->w = NULL;
     if (transposed) {
         int R = (k + stride - 1) / stride;
         cv->hist = R - 1;
         if (w && L->alloc) { /* [cin][cout][k] -> per phase q: [cout][cin][R], entry r' = tap q + (R-1-r')*s */
-            float *t = own(L, (size_t)stride * cout * cin * R * sizeof(float));
-            if (t)
-                for (int q = 0; q < stride; q++)
+            float *t = own(L, (size_t)cout * cin * R * sizeof(float));
+            int64_t plen = cd_packed_len(cout, cin, R);
+            float *all = own(L, (size_t)stride * (size_t)plen * sizeof(float));
+            if (t && all) {
+                for (int q = 0; q < stride; q++) {
                     for (int o = 0; o < cout; o++)
                         for (int i = 0; i < cin; i++)
                             for (int r = 0; r < R; r++) {
                                 int tap = q + (R - 1 - r) * stride;
-                                t[(((int64_t)q * cout + o) * cin + i) * R + r] =
-                                    tap < k ? w[((int64_t)i * cout + o) * k + tap] : 0.0f;
+                                t[((int64_t)o * cin + i) * R + r] = tap < k ? w[((int64_t)i * cout + o) * k + tap] : 0.0f;
                             }
-            cv->w = t;
+                    cd_pack_weights(t, all + (int64_t)q * plen, cout, cin, R);
+                }
+                cv->w = all;
+            }
+            if (t) disown(L, t);
+            disown(L, w);
         }
     } else {
         int span = (k - 1) * dil + 1;
         cv->hist = span - stride > 0 ? span - stride : 0;
+        if (w && L->alloc) {
+            cv->w = pack(L, w, cout, cin / groups, k);
+            disown(L, w);
+        }
     }
     new_state(L, cv, path);
 }
@@ -464,9 +493,8 @@ static void precompute(dr_codec *c) {
             }
             q->cb_hat_sq[j] = hs;
             for (int o = 0; o < q->cin; o++) {
-                const float *w = q->out_proj.w + (int64_t)o * q->dim;
                 float acc = 0.0f;
-                for (int d = 0; d < q->dim; d++) acc += w[d] * row[d];
+                for (int d = 0; d < q->dim; d++) acc += cd_weight_at(q->out_proj.w, q->dim, 1, o, d, 0) * row[d];
                 q->table[(int64_t)j * q->cin + o] = acc + q->out_proj.b[o];
             }
         }

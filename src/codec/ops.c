@@ -2,8 +2,8 @@
  *
  * Determinism rule (CODEC.md 6): every output value is one fixed-order sum (bias, then input
  * channels in order, taps in order), whatever the number of time steps in the call, the tile
- * it falls in or the thread that computes it. Vectorisation runs across time steps only, so it
- * never reorders a sum. History columns make a call on a chunk equal to the same call on the
+ * it falls in or the thread that computes it. Vectorisation runs across time steps or across
+ * output channels, never across a sum. History columns make a call on a chunk equal to the same call on the
  * whole sequence. */
 #include <math.h>
 #include <stdlib.h>
@@ -12,14 +12,14 @@
 #include "base/alloc.h"
 #include "codec/internal.h"
 
-#define OB 4     /* output channels per register block */
 #define VW 8     /* time steps per register block */
 #define TT 256   /* time steps per task */
+#define OB CD_WPACK /* output channels per packed weight block */
 
 typedef float v8 __attribute__((vector_size(VW * sizeof(float)))); /* GNU vector: SSE pairs or AVX */
 
 typedef struct conv_job {
-    const float *w;  /* [cout][cin_g][k] */
+    const float *w;  /* packed: [cout/OB][cin_g][k][OB] (cd_pack_weights) */
     const float *b;  /* [cout] or NULL */
     int cin, cout, k, dil, stride, groups;
     const float *x;  /* [cin][lx] with history in front */
@@ -30,66 +30,83 @@ typedef struct conv_job {
     int64_t n_tiles;
 } conv_job;
 
-/* Register-blocked stride-1, groups-1 conv: OB outputs x VW steps per block, the reduction over
- * (input channel, tap) in the same order for every output. Steps past the last full block use a
- * scalar loop with the same expression per element (no FP contraction: -ffp-contract=off). */
-static void conv_block_s1(const conv_job *j, int o0, int no, int64_t t0, int64_t nt) {
-    int cin = j->cin, K = j->k, d = j->dil;
-    int64_t rowlen = (int64_t)cin * K;
+void cd_pack_weights(const float *w, float *packed, int cout, int cin_g, int k) {
+    int64_t row = (int64_t)cin_g * k;
+    for (int o = 0; o < (cout + OB - 1) / OB * OB; o++)
+        for (int64_t ik = 0; ik < row; ik++)
+            packed[((int64_t)(o / OB) * row + ik) * OB + o % OB] = o < cout ? w[(int64_t)o * row + ik] : 0.0f;
+}
+
+float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk) {
+    return packed[((int64_t)(o / OB) * cin_g * k + (int64_t)i * k + kk) * OB + o % OB];
+}
+
+/* Stride-1, groups-1 conv on one block of OB outputs. Every output is the same fixed-order sum
+ * a = 0; a = a + w[o][i][k] * x[i][t + k d] over i, then k; y = a + bias. Full groups of VW
+ * steps are vectorised across time (4 outputs x 8 steps in registers); the remaining steps are
+ * vectorised across the OB outputs instead: each lane still runs the same sum in the same
+ * order, so a value never depends on which path computed it (no FP contraction:
+ * -ffp-contract=off). */
+static void conv_block_s1(const conv_job *j, int ob, int64_t t0, int64_t nt) {
+    int cin = j->cin, K = j->k, d = j->dil, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
+    const float *wb = j->w + (int64_t)ob * cin * K * OB;
     int64_t t = 0;
-    if (no == OB) {
-        const float *w0 = j->w + (int64_t)o0 * rowlen, *w1 = w0 + rowlen, *w2 = w1 + rowlen, *w3 = w2 + rowlen;
-        for (; t + VW <= nt; t += VW) {
+    for (; t + VW <= nt; t += VW) {
+        for (int h = 0; h < OB; h += 4) {
+            if (h >= no) break;
             v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
             for (int i = 0; i < cin; i++) {
                 const float *xr = j->x + (int64_t)i * j->lx + t0 + t;
+                const float *wr = wb + (int64_t)i * K * OB + h;
                 for (int k = 0; k < K; k++) {
                     v8 xv;
                     memcpy(&xv, xr + (int64_t)k * d, sizeof xv); /* unaligned load */
-                    int64_t wi = (int64_t)i * K + k;
-                    a0 = a0 + w0[wi] * xv;
-                    a1 = a1 + w1[wi] * xv;
-                    a2 = a2 + w2[wi] * xv;
-                    a3 = a3 + w3[wi] * xv;
+                    const float *w4 = wr + (int64_t)k * OB;
+                    a0 = a0 + w4[0] * xv;
+                    a1 = a1 + w4[1] * xv;
+                    a2 = a2 + w4[2] * xv;
+                    a3 = a3 + w4[3] * xv;
                 }
             }
-            v8 acc[OB] = {a0, a1, a2, a3};
-            for (int r = 0; r < OB; r++) {
-                float b = j->b ? j->b[o0 + r] : 0.0f;
-                float *yr = j->y + (int64_t)(o0 + r) * j->ldy + j->yoff;
+            v8 acc[4] = {a0, a1, a2, a3};
+            for (int r = 0; r < 4 && h + r < no; r++) {
+                float b = j->b ? j->b[o0 + h + r] : 0.0f;
+                float *yr = j->y + (int64_t)(o0 + h + r) * j->ldy + j->yoff;
                 for (int e = 0; e < VW; e++) yr[(t0 + t + e) * j->ystep] = acc[r][e] + b;
             }
         }
     }
-    for (int r = 0; r < no; r++) { /* remaining outputs and steps: same sums, one value at a time */
-        const float *w = j->w + (int64_t)(o0 + r) * rowlen;
-        float b = j->b ? j->b[o0 + r] : 0.0f;
-        float *yr = j->y + (int64_t)(o0 + r) * j->ldy + j->yoff;
-        for (int64_t tt = (no == OB ? t : 0); tt < nt; tt++) {
-            float a = 0.0f;
-            for (int i = 0; i < cin; i++) {
-                const float *xr = j->x + (int64_t)i * j->lx + t0 + tt;
-                for (int k = 0; k < K; k++) a = a + w[(int64_t)i * K + k] * xr[(int64_t)k * d];
+    for (; t < nt; t++) {
+        v8 acc = {0};
+        for (int i = 0; i < cin; i++) {
+            const float *xr = j->x + (int64_t)i * j->lx + t0 + t;
+            const float *wr = wb + (int64_t)i * K * OB;
+            for (int k = 0; k < K; k++) {
+                v8 wv;
+                memcpy(&wv, wr + (int64_t)k * OB, sizeof wv);
+                acc = acc + wv * xr[(int64_t)k * d];
             }
-            yr[(t0 + tt) * j->ystep] = a + b;
+        }
+        for (int r = 0; r < no; r++) {
+            float b = j->b ? j->b[o0 + r] : 0.0f;
+            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
         }
     }
 }
 
 /* General case (strides, groups): a plain loop with the same per-output order. */
-static void conv_block_generic(const conv_job *j, int o0, int no, int64_t t0, int64_t nt) {
+static void conv_block_generic(const conv_job *j, int ob, int64_t t0, int64_t nt) {
     int cin_g = j->cin / j->groups, cout_g = j->cout / j->groups;
-    int K = j->k, d = j->dil, s = j->stride;
+    int K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
     for (int r = 0; r < no; r++) {
         int o = o0 + r, g = o / cout_g;
-        const float *w = j->w + (int64_t)o * cin_g * K;
         float b = j->b ? j->b[o] : 0.0f;
         float *yr = j->y + (int64_t)o * j->ldy + j->yoff;
         for (int64_t t = 0; t < nt; t++) {
             float a = 0.0f;
             for (int i = 0; i < cin_g; i++) {
                 const float *xr = j->x + (int64_t)(g * cin_g + i) * j->lx + (t0 + t) * s;
-                for (int k = 0; k < K; k++) a = a + w[(int64_t)i * K + k] * xr[(int64_t)k * d];
+                for (int k = 0; k < K; k++) a = a + cd_weight_at(j->w, cin_g, K, o, i, k) * xr[(int64_t)k * d];
             }
             yr[(t0 + t) * j->ystep] = a + b;
         }
@@ -100,10 +117,9 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     int64_t ob = idx / j->n_tiles, tile = idx % j->n_tiles;
-    int o0 = (int)(ob * OB), no = j->cout - o0 < OB ? j->cout - o0 : OB;
     int64_t t0 = tile * TT, nt = j->ly - t0 < TT ? j->ly - t0 : TT;
-    if (j->stride == 1 && j->groups == 1) conv_block_s1(j, o0, no, t0, nt);
-    else conv_block_generic(j, o0, no, t0, nt);
+    if (j->stride == 1 && j->groups == 1) conv_block_s1(j, (int)ob, t0, nt);
+    else conv_block_generic(j, (int)ob, t0, nt);
 }
 
 static void run_job(conv_job *j, dr_pool *pool) {
@@ -141,7 +157,7 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
         j.k = R, j.dil = 1, j.stride = 1, j.groups = 1;
         j.ly = L, j.ldy = L * s, j.ystep = s;
         for (int q = 0; q < s; q++) {
-            j.w = cv->w + (int64_t)q * cv->cout * cv->cin * R;
+            j.w = cv->w + (int64_t)q * cd_packed_len(cv->cout, cv->cin, R);
             j.yoff = q;
             run_job(&j, pool);
         }
