@@ -27,7 +27,7 @@ gen_check() { # name want-layout-regex make-model-args...
 }
 
 gen_check bf16 'per-expert, 8/8, BF16' --seed 5
-gen_check fp8 'per-expert, 8/8, block FP8 128x128' --seed 5 --experts fp8
+gen_check fp8 'per-expert, 8/8, block FP8 128x128' --seed 5 --experts fp8 --threads 3
 gen_check nvfp4 'per-expert, 8/8, NVFP4' --seed 5 --experts nvfp4
 gen_check q4 'per-expert, 8/8, affine 4-bit group 64' --seed 5 --experts q4 --hidden 128
 gen_check q4g32 'per-expert, 8/8, affine 4-bit group 32' --seed 5 --experts q4 --q4-group 32
@@ -40,8 +40,8 @@ grep -q '^- drama_experts: {"0":\[' "$T/pruned.out" || bad "pruned: drama_expert
 grep -q '"quant_method": "fp8"' "$T/fp8/config.json" || bad "fp8: quantization_config missing"
 [ -f "$T/nvfp4/hf_quant_config.json" ] || bad "nvfp4: hf_quant_config.json missing"
 
-# determinism: same seed -> identical files; another seed -> other weights
-"$DRAMA_BIN" make-model "$T/fp8b" $DIMS --seed 5 --experts fp8 > /dev/null 2>&1 || bad "fp8b: make-model"
+# determinism: same seed -> identical files (3 threads vs 1); another seed -> other weights
+"$DRAMA_BIN" make-model "$T/fp8b" $DIMS --seed 5 --experts fp8 --threads 1 > /dev/null 2>&1 || bad "fp8b: make-model"
 (cd "$T/fp8" && sha256sum * | sort) > "$T/fp8.sha"
 (cd "$T/fp8b" && sha256sum * | sort) > "$T/fp8b.sha"
 diff "$T/fp8.sha" "$T/fp8b.sha" > /dev/null || { bad "same seed gave different files"; diff "$T/fp8.sha" "$T/fp8b.sha"; }
