@@ -263,7 +263,7 @@ static void parse_audio(dr_config *c, const json_t *a, reader *r) {
     x->num_codebooks = (int)get_int(r, a, "num_codebooks", 1, 0, 1, MAX_COUNT);
     x->vocab_size = get_int(r, a, "vocab_size", 1, 0, 1, MAX_DIM);
     x->shared_enrichment_layers = (int)get_int(r, a, "shared_enrichment_layers", 1, 0, 0, MAX_COUNT);
-    x->rope_base = get_num(r, a, "rope_base", 1, 0, 1);
+    x->rope_base = get_num(r, a, "rope_base", 0, -1.0, 1); /* absent: the CONFIRMED 1e7, with a warning */
     x->rotary_percent = get_num(r, a, "rotary_percent", 0, -1.0, 1);
     x->vq_backbone_codebooks = (int)get_int(r, a, "vq_backbone_codebooks", 0, -1, 0, MAX_COUNT);
     if (r->failed) return;
@@ -272,6 +272,10 @@ static void parse_audio(dr_config *c, const json_t *a, reader *r) {
     if (x->vq_backbone_codebooks > x->num_codebooks)
         field_fail(r, "vq_backbone_codebooks", "must not exceed num_codebooks");
     x->n_layers = x->shared_enrichment_layers + x->num_codebooks - 1;
+    if (x->rope_base < 0) {
+        x->rope_base = 1e7;
+        warn(c, "%s.rope_base absent: using 1e7 (MODEL.md 3.3, CONFIRMED value)", x->key);
+    }
 }
 
 /* MODEL.md 3.1: switch audio_config_key; else audio_decoder_config; else the only top-level
@@ -526,12 +530,12 @@ drama_status dr_config_from_memory(const char *config_json, size_t config_len, c
     if (c->sw.tower_rope_dims < 0) {
         double rp = c->audio.rotary_percent;
         if (rp < 0) {
-            st = dr_fail(err, DRAMA_EFORMAT,
-                         "%s: %s.rotary_percent: missing (needed for tower.rope_dims; or set that switch)", label,
-                         c->audio.key);
-            goto fail;
+            /* 64 rotary dims are CONFIRMED for the tower (MODEL.md 3.3) */
+            c->sw.tower_rope_dims = c->audio.head_dim < 64 ? c->audio.head_dim & ~1 : 64;
+            warn(c, "%s.rotary_percent absent: tower.rope_dims = %d", c->audio.key, c->sw.tower_rope_dims);
+        } else {
+            c->sw.tower_rope_dims = (int)lround(rp * c->audio.head_dim);
         }
-        c->sw.tower_rope_dims = (int)lround(rp * c->audio.head_dim);
     }
     if (c->sw.tower_rope_dims % 2 != 0 || c->sw.tower_rope_dims > c->audio.head_dim) {
         st = dr_fail(err, DRAMA_EINVAL, "switch tower.rope_dims: %d must be even and at most head_dim %d",

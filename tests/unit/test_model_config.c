@@ -220,6 +220,26 @@ static void test_errors_name_the_field(void **state) {
     }
 }
 
+/* CONFIRMED tower values fill in for absent fields, with a warning. */
+static void test_audio_defaults(void **state) {
+    (void)state;
+    char cfg[4096];
+    const char *a = strstr(MINI, ", \"rope_base\": 1e4");
+    assert_non_null(a);
+    const char *b = strstr(MINI, ",  \"rotary_percent\": 0.5");
+    assert_non_null(b);
+    snprintf(cfg, sizeof cfg, "%.*s%.*s%s", (int)(a - MINI), MINI, (int)(b - (a + strlen(", \"rope_base\": 1e4"))),
+             a + strlen(", \"rope_base\": 1e4"), b + strlen(",  \"rotary_percent\": 0.5"));
+    drama_error e;
+    dr_config *c = load_mem(cfg, NULL, NULL, 0, &e);
+    if (!c) printf("%s\n%s\n", cfg, e.message);
+    assert_non_null(c);
+    assert_true(c->audio.rope_base == 1e7);
+    assert_int_equal(c->sw.tower_rope_dims, 8); /* min(64, head_dim 8) */
+    assert_true(c->n_warnings >= 2);
+    dr_config_free(c);
+}
+
 static void test_registry(void **state) {
     (void)state;
     assert_true(dr_switch_def_count() >= 31);
@@ -237,7 +257,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_golden),         cmocka_unit_test(test_variants_quant),
         cmocka_unit_test(test_layers_and_sources),  cmocka_unit_test(test_errors_name_the_field),
-        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry),            cmocka_unit_test(test_audio_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
