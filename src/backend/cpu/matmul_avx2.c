@@ -79,25 +79,6 @@ static void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, f
     }
 }
 
-/* NVFP4 block table: the 8 magnitudes e2m1(c) * s * g, each rounded once as in the reference
- * ((e2m1 * s) exact, then * g). With A = fl(s g) and B = fl(1.5 s g) they are 0, A/2, A, B, 2A,
- * 2B, 4A, 4B, exact power-of-two scalings while A and B stay far from underflow and overflow;
- * returns 0 (use the per-element path) otherwise. */
-TGT static inline int nvfp4_table(float s, float g, __m256 *tab) {
-    float A = s * g, B = (1.5f * s) * g; /* 1.5 s is exact: s has at most 4 significant bits */
-    if (s != 0.0f && !(fabsf(A) >= 0x1p-120f && fabsf(B) <= 0x1p120f)) return 0;
-    *tab = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(A), _mm256_setr_ps(0, 0.5f, 1, 0, 2, 0, 4, 0)),
-                         _mm256_mul_ps(_mm256_set1_ps(B), _mm256_setr_ps(0, 0, 0, 1, 0, 2, 0, 4)));
-    return 1;
-}
-
-/* eight E2M1 codes through a block table; the sign is xor-ed so a negative g stays right */
-TGT static inline __m256 nvfp4x8(__m256i code, __m256 tab) {
-    __m256 mag = _mm256_permutevar8x32_ps(tab, code);
-    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(8)), 28);
-    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
-}
-
 TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols;
@@ -164,12 +145,6 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         __m256 g = _mm256_set1_ps(w->global_scale);
         for (int64_t c = 0; c < cols; c += 16) { /* cols % 16 == 0 is checked at bind */
-            __m256 tab;
-            if (nvfp4_table(dr_ue4m3_to_f32(srow[c / 16]), w->global_scale, &tab)) {
-                _mm256_storeu_ps(out + c, nvfp4x8(nibbles8(row + c / 2), tab));
-                _mm256_storeu_ps(out + c + 8, nvfp4x8(nibbles8(row + c / 2 + 4), tab));
-                continue;
-            }
             __m256 s = _mm256_set1_ps(dr_ue4m3_to_f32(srow[c / 16]));
             __m256 lo = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2)), s);
             __m256 hi = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2 + 4)), s);
@@ -258,8 +233,7 @@ TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const floa
 /* n = 1 without the row buffer: decode 32 weights into registers and feed the FMAs directly.
  * Same decoded values and the same canonical order as dequant_row + dot_rows, so the same bits.
  * Handles BF16, FP8 (per-tensor, or blocks whose width is a multiple of 32) without NaN codes and
- * with |scale| < 2^7, NVFP4 whose block tables are exact, and affine; returns 0 (nothing
- * written) for anything else. */
+ * with |scale| < 2^7, NVFP4 and affine; returns 0 (nothing written) for anything else. */
 TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
@@ -288,19 +262,18 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     if (w->fmt == DR_WF_NVFP4) {
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         float g = w->global_scale;
-        for (int64_t b = 0; b < cols / 16; b++) { /* every block must have an exact table */
-            __m256 tab;
-            if (!nvfp4_table(dr_ue4m3_to_f32(srow[b]), g, &tab)) return 0;
-        }
+        const __m256 vg = _mm256_set1_ps(g);
         for (int64_t k = 0; k < body; k += 32) {
-            __m256 t0 = _mm256_setzero_ps(), t1 = t0; /* always set: every table was checked above */
-            nvfp4_table(dr_ue4m3_to_f32(srow[k / 16]), g, &t0);
-            nvfp4_table(dr_ue4m3_to_f32(srow[k / 16 + 1]), g, &t1);
+            /* (e2m1 * s) is exact, then * g: the reference's single rounding */
+            __m256 s0 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16]));
+            __m256 s1 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16 + 1]));
             const uint8_t *p = row + k / 2;
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), nvfp4x8(nibbles8(p), t0), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), nvfp4x8(nibbles8(p + 4), t0), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), nvfp4x8(nibbles8(p + 8), t1), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), nvfp4x8(nibbles8(p + 12), t1), a3);
+#define NV8(off, sv) _mm256_mul_ps(_mm256_mul_ps(e2m1x8(nibbles8(p + (off))), sv), vg)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), NV8(0, s0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), NV8(4, s0), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), NV8(8, s1), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), NV8(12, s1), a3);
+#undef NV8
         }
         t = hsum_canonical(a0, a1, a2, a3);
         for (int64_t k = body; k < cols; k++) {
