@@ -1,0 +1,226 @@
+/* Bad input to the frame loop never crashes and always names the fault (also run under
+ * valgrind): malformed rows, non-finite logits and hiddens, a failing backbone step, use before
+ * prefill or after a failure, invalid options, sessions of different models in one batch. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "gen/frameloop.h"
+#include "gen/session.h"
+#include "testutil.h"
+
+typedef struct wrap {
+    dr_gen_backbone inner;
+    int calls;
+    int nan_logits_at, nan_hidden_at, fail_at; /* call index, -1 never */
+} wrap;
+
+static drama_status w_create(void *impl, void **st, drama_error *err) {
+    wrap *w = impl;
+    return w->inner.state_create(w->inner.impl, st, err);
+}
+static void w_free(void *impl, void *st) {
+    wrap *w = impl;
+    w->inner.state_free(w->inner.impl, st);
+}
+static drama_status w_forward(void *impl, void *const *states, int n, const int32_t *const *rows, const int64_t *nr,
+                              int pre, float *const *hidden, float *const *logits, drama_error *err) {
+    wrap *w = impl;
+    int call = w->calls++;
+    if (call == w->fail_at) return dr_fail(err, DRAMA_EIO, "injected backbone failure at call %d", call);
+    drama_status st = w->inner.forward(w->inner.impl, states, n, rows, nr, pre, hidden, logits, err);
+    if (st) return st;
+    for (int i = 0; i < n; i++) {
+        if (call == w->nan_logits_at && logits[i]) logits[i][7] = NAN;
+        if (call == w->nan_hidden_at && hidden[i]) hidden[i][(nr[i] - 1) * w->inner.hidden_dim + 3] = NAN;
+    }
+    return DRAMA_OK;
+}
+
+typedef struct fixture {
+    dr_gen_lm *lm;
+    int32_t *rows;
+    int64_t n;
+    int W;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    drama_error e = {0};
+    if (dr_gen_lm_open(tu_model_dir("tiny-drama3"), NULL, 0, 1, NULL, &f->lm, &e)) fail_msg("%s", e.message);
+    int64_t n;
+    f->W = f->lm->tower.d.num_codebooks + 1;
+    f->rows = tu_load_i32(tu_golden("ref/e2e-noref.safetensors"), "prompt.rows", &n);
+    f->n = n / f->W;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    dr_gen_lm_close(f->lm);
+    free(f->rows);
+    free(f);
+    return 0;
+}
+
+static dr_gen_model wrapped(fixture *f, wrap *w) {
+    w->inner = f->lm->model.bb;
+    w->calls = 0;
+    dr_gen_model m = f->lm->model;
+    m.bb.impl = w;
+    m.bb.state_create = w_create;
+    m.bb.state_free = w_free;
+    m.bb.forward = w_forward;
+    m.bb.state_clone = NULL;
+    return m;
+}
+
+static void expect(drama_status got, drama_status want, const drama_error *e, const char *needle) {
+    if (got != want) fail_msg("status %d, expected %d (%s)", got, want, e->message);
+    if (needle && !strstr(e->message, needle)) fail_msg("message '%s' lacks '%s'", e->message, needle);
+}
+
+static void test_bad_rows(void **state) {
+    fixture *f = *state;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_OK);
+    int32_t fr[16];
+    dr_gen_finish fin;
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_EINVAL, &e, "prefill");
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, f->rows, 0, NULL, 0, &e), DRAMA_EEMPTY, &e, "no rows");
+    int32_t *rows = malloc((size_t)f->n * f->W * sizeof(int32_t));
+    memcpy(rows, f->rows, (size_t)f->n * f->W * sizeof(int32_t));
+    /* a semantic token whose c0 column disagrees */
+    rows[2 * f->W + 0] = (int32_t)f->lm->semantic_start + 5;
+    rows[2 * f->W + 1] = 6;
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, rows, f->n, NULL, 0, &e), DRAMA_EINVAL, &e, "row 2");
+    /* a token beyond the vocabulary: the backbone refuses it, the session must be reset */
+    memcpy(rows, f->rows, (size_t)f->n * f->W * sizeof(int32_t));
+    rows[4 * f->W] = 1 << 30;
+    dr_error_clear(&e);
+    drama_status st = dr_gen_prefill(s, rows, f->n, NULL, 0, &e);
+    printf("token beyond vocab: %s\n", e.message);
+    assert_int_not_equal(st, DRAMA_OK);
+    rows[4 * f->W] = -3;
+    dr_error_clear(&e);
+    assert_int_not_equal(dr_gen_prefill(s, rows, f->n, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_reset(s, NULL), DRAMA_OK);
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_OK, &e, NULL);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_OK, &e, NULL);
+    free(rows);
+    dr_gen_session_free(s);
+}
+
+static void test_non_finite_and_failures(void **state) {
+    fixture *f = *state;
+    wrap w;
+    dr_gen_model m = wrapped(f, &w);
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    o.sp.seed = 3;
+    dr_gen_session *s;
+    drama_error e = {0};
+    int32_t fr[16];
+    dr_gen_finish fin;
+    /* NaN in the logits of the second step: the third draw fails naming it */
+    w.nan_logits_at = 2, w.nan_hidden_at = -1, w.fail_at = -1;
+    assert_int_equal(dr_gen_session_create(&m, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_ENUMERIC, &e, "NaN");
+    printf("NaN logits: %s\n", e.message);
+    dr_error_clear(&e);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_EINVAL, &e, "reset");
+    /* NaN in the hidden: the tower refuses it */
+    dr_gen_reset(s, NULL);
+    w.calls = 0, w.nan_logits_at = -1, w.nan_hidden_at = 1;
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_ENUMERIC, &e, "tower");
+    printf("NaN hidden: %s\n", e.message);
+    /* a failing backbone step */
+    dr_gen_reset(s, NULL);
+    w.calls = 0, w.nan_hidden_at = -1, w.fail_at = 2;
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, fr, &fin, &e), DRAMA_OK);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_EIO, &e, "injected");
+    dr_error_clear(&e);
+    expect(dr_gen_next(s, fr, &fin, &e), DRAMA_EINVAL, &e, "reset");
+    /* a failing prefill */
+    dr_gen_reset(s, NULL);
+    w.calls = 0, w.fail_at = 0;
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_EIO, &e, "injected");
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, f->rows, f->n, NULL, 0, &e), DRAMA_EINVAL, &e, "reset");
+    /* clone is refused without state_clone, and from an invalid session */
+    dr_gen_session *c = NULL;
+    dr_error_clear(&e);
+    assert_int_not_equal(dr_gen_session_clone(s, &c, &e), DRAMA_OK);
+    assert_null(c);
+    dr_gen_session_free(s);
+}
+
+static void test_bad_options_and_batches(void **state) {
+    fixture *f = *state;
+    dr_gen_options o;
+    dr_gen_session *s = NULL;
+    drama_error e = {0};
+    dr_gen_options_default(&o);
+    o.frames = -1;
+    expect(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_EINVAL, &e, "frames");
+    assert_null(s);
+    dr_gen_options_default(&o);
+    o.cfg_mode = (dr_cfg_mode)7;
+    dr_error_clear(&e);
+    expect(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_EINVAL, &e, "cfg_mode");
+    dr_gen_options_default(&o);
+    o.sp.ras_temperature = NAN;
+    dr_error_clear(&e);
+    expect(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_EINVAL, &e, "ras_temperature");
+    /* two models in one batch: the foreign session fails, the other steps normally */
+    wrap w = {0};
+    w.nan_logits_at = w.nan_hidden_at = w.fail_at = -1;
+    dr_gen_model m2 = wrapped(f, &w);
+    dr_gen_options_default(&o);
+    dr_gen_session *ss[2];
+    assert_int_equal(dr_gen_session_create(&f->lm->model, &o, &ss[0], &e), DRAMA_OK);
+    assert_int_equal(dr_gen_session_create(&m2, &o, &ss[1], &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(ss[0], f->rows, f->n, NULL, 0, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(ss[1], f->rows, f->n, NULL, 0, &e), DRAMA_OK);
+    int32_t frames[32];
+    dr_gen_finish fin[2];
+    drama_status st[2];
+    drama_error errs[2] = {{0}, {0}};
+    assert_int_equal(dr_gen_next_many(ss, 2, frames, fin, st, errs), DRAMA_EINVAL);
+    assert_int_equal(st[0], DRAMA_OK);
+    assert_int_equal(st[1], DRAMA_EINVAL);
+    assert_non_null(strstr(errs[1].message, "different models"));
+    dr_gen_session_free(ss[0]);
+    dr_gen_session_free(ss[1]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_rows),
+        cmocka_unit_test(test_non_finite_and_failures),
+        cmocka_unit_test(test_bad_options_and_batches),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
