@@ -3,7 +3,6 @@
  * one row per call through the KV caches; compare every layer output (bound 2e-4) and every head
  * logit (bound 5e-4) in float64. Also: generation with argmax picks equals the teacher-forced
  * logits, threads 1 vs 3 bit-identical, and bad input fails with a message. */
-#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,45 +13,35 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "model/loader.h"
 #include "model/config.h"
 #include "model/tower.h"
 #include "testutil.h"
 
+/* Tensors come through the engine's checkpoint reader and loader (every shard of the index,
+ * no shard name assumed), as in a real load. */
 typedef struct shards {
-    int n;
-    dr_st_file *f[16];
+    dr_ckpt *ckpt;
+    dr_loader *ld;
 } shards;
 
 static const dr_tensor *find_in_shards(void *ctx, const char *name) {
     shards *s = ctx;
-    for (int i = 0; i < s->n; i++) {
-        const dr_tensor *t = dr_st_find(s->f[i], name);
-        if (t) return t;
-    }
-    return NULL;
+    return dr_loader_peek(s->ld, name);
 }
 
-/* Every *.safetensors file of the directory: no shard name is assumed. */
-static void open_shards(const char *dir, shards *s) {
+static void open_shards(const char *dir, const dr_config *cfg, shards *s) {
+    drama_error e = {0};
     memset(s, 0, sizeof *s);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) && s->n < 16) {
-        size_t l = strlen(de->d_name);
-        if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors")) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        drama_error e = {0};
-        if (dr_st_open(path, &s->f[s->n], &e)) fail_msg("%s", e.message);
-        s->n++;
-    }
-    closedir(d);
+    if (dr_ckpt_open(dir, &s->ckpt, &e)) fail_msg("%s", e.message);
+    if (dr_loader_create(s->ckpt, cfg, &s->ld, &e)) fail_msg("%s", e.message);
 }
 
 static void close_shards(shards *s) {
-    for (int i = 0; i < s->n; i++) dr_st_close(s->f[i]);
+    dr_loader_free(s->ld);
+    dr_ckpt_close(s->ckpt);
 }
 
 typedef struct fixture {
@@ -70,7 +59,7 @@ static int setup(void **state) {
     const char *dir = tu_model_dir("tiny-drama3");
     drama_error e = {0};
     if (dr_config_load(dir, NULL, 0, &f->cfg, &e)) fail_msg("%s", e.message);
-    open_shards(dir, &f->sh);
+    open_shards(dir, f->cfg, &f->sh);
     dr_tower_dims d;
     if (dr_tower_dims_from_config(f->cfg, &d, &e)) fail_msg("%s", e.message);
     if (dr_tower_bind(&f->tower, &d, find_in_shards, &f->sh, &e)) fail_msg("%s", e.message);
