@@ -177,7 +177,10 @@ static drama_status layer_forward(const dr_tower *t, dr_tower_cache *c, int l, i
         memcpy(c->v[l] + (pos0 + r) * kvd, v, (size_t)kvd * sizeof(float));
     }
     attn_ctx ac = {t, c, l, pos0, s, qkv_dim};
-    dr_pool_run(pool, (int64_t)n * d->n_head, attn_one, &ac);
+    /* small attention (short context, tiny heads) costs less than waking the workers; the
+     * result is the same either way (one (row, head) per index) */
+    double work = (double)n * d->n_head * (double)(pos0 + n) * hd;
+    dr_pool_run(work < 65536.0 ? NULL : pool, (int64_t)n * d->n_head, attn_one, &ac);
     dr_cpu_matmul(&L->wo, s->o, n, s->tmp, pool);
     for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
     for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->ffn_norm, D, d->eps, s->a + r * D);
