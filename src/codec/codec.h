@@ -100,6 +100,9 @@ drama_status dr_codec_stream_create(const dr_codec *c, dr_codec_stream **out, dr
 void dr_codec_stream_free(dr_codec_stream *s);
 void dr_codec_stream_reset(dr_codec_stream *s);
 void dr_codec_stream_set_tap(dr_codec_stream *s, dr_codec_tap_fn fn, void *ctx);
+/* Threads for this stream (overrides the codec's pool; a dr_pool is not reentrant, so streams fed
+ * concurrently from different threads need their own pools or none). */
+void dr_codec_stream_set_pool(dr_codec_stream *s, dr_pool *pool);
 /* Decode n_frames frames (negative code: error; above the clamp: clamped) into
  * out[n_frames * frame_length]. Any chunking of a stream gives bit-identical samples. */
 drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int64_t n_frames, float *out,

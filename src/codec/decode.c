@@ -17,6 +17,7 @@ struct dr_codec_stream {
     int64_t frames;
     dr_codec_tap_fn tap;
     void *tap_ctx;
+    dr_pool *pool; /* NULL: the codec's */
 };
 
 drama_status cd_state_init(const dr_codec *c, int path, cd_state *s, drama_error *err) {
@@ -90,6 +91,8 @@ void dr_codec_stream_set_tap(dr_codec_stream *s, dr_codec_tap_fn fn, void *ctx) 
 
 int64_t dr_codec_stream_frames(const dr_codec_stream *s) { return s->frames; }
 
+void dr_codec_stream_set_pool(dr_codec_stream *s, dr_pool *pool) { s->pool = pool; }
+
 drama_status dr_codec_check_codes(const dr_codec_config *c, const int32_t *codes, int64_t n_frames, const char *label,
                                   drama_error *err) {
     int K = c->num_codebooks;
@@ -132,7 +135,7 @@ static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *
 static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64_t T, float *out, drama_error *err) {
     const dr_codec *c = s->c;
     const dr_codec_config *cf = &c->cfg;
-    dr_pool *pool = c->pool;
+    dr_pool *pool = s->pool ? s->pool : c->pool;
     float **hist = s->st.conv;
     int Q = cf->q_input_dim, K = cf->num_codebooks;
     act a = {0};

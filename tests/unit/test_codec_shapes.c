@@ -118,13 +118,14 @@ static void test_other_shapes(void **state) {
     for (int i = 0; i < T * FL; i++) assert_true(isfinite(ya[i]) && fabsf(ya[i]) <= 1.0f);
     /* streaming 2 + 3 + 4 frames, with 2 threads: bit-identical */
     dr_pool *pool = dr_pool_create(2);
-    dr_codec_set_pool(codec, pool);
     assert_int_equal(dr_codec_stream_create(codec, &st, &e), DRAMA_OK);
+    dr_codec_stream_set_pool(st, pool);
     assert_int_equal(dr_codec_stream_feed(st, a, 2, yc, &e), DRAMA_OK);
     assert_int_equal(dr_codec_stream_feed(st, a + 2 * K, 3, yc + 2 * FL, &e), DRAMA_OK);
     assert_int_equal(dr_codec_stream_feed(st, a + 5 * K, 4, yc + 5 * FL, &e), DRAMA_OK);
     assert_memory_equal(ya, yc, sizeof(float) * T * FL);
     dr_codec_stream_free(st);
+    dr_codec_set_pool(codec, pool);
     /* encode: ceil(n / 96) frames, codes in range, same result with and without threads */
     int32_t *c1 = NULL, *c2 = NULL;
     int64_t T1, T2;
