@@ -60,8 +60,9 @@ static void restricted_logits(const dr_backbone *bb, const float *hidden, int64_
     for (int64_t i = 0; i < n; i++) logits[i * nl + ns] = tmp[i];
 }
 
+/* The rows of b; trace rows are written at [row0, row0 + n) of arrays holding trace_rows rows. */
 static drama_status run(const bb_batch *b, const int32_t *rows, float *hidden, float *logits, const dr_bb_trace *trace,
-                        drama_error *err) {
+                        int64_t row0, int64_t trace_rows, drama_error *err) {
     const dr_backbone *bb = b->bb;
     const dr_bb_dims *d = &bb->d;
     int64_t n = b->n, H = d->H;
@@ -83,7 +84,7 @@ static drama_status run(const bb_batch *b, const int32_t *rows, float *hidden, f
         goto done;
     }
     for (int64_t i = 0; i < n; i++) embed_row(bb, rows + i * width, x + i * H, tmp, acc);
-    if (trace && trace->embeds) memcpy(trace->embeds, x, nh);
+    if (trace && trace->embeds) memcpy(trace->embeds + row0 * H, x, nh);
 
     for (int L = 0; L < d->n_layers; L++) {
         const dr_bb_layer *ly = &bb->layers[L];
@@ -94,9 +95,9 @@ static drama_status run(const bb_batch *b, const int32_t *rows, float *hidden, f
         for (int64_t i = 0; i < n; i++) dr_op_rms_norm(x + i * H, ly->post_norm, d->eps, H, xn + i * H);
         if ((st = dr_bb_moe_run(b, ly, L, xn, mix, err))) goto done;
         for (int64_t j = 0; j < n * H; j++) x[j] += mix[j];
-        if (trace && trace->layer_out) memcpy(trace->layer_out + (int64_t)L * n * H, x, nh);
+        if (trace && trace->layer_out) memcpy(trace->layer_out + ((int64_t)L * trace_rows + row0) * H, x, nh);
     }
-    if (trace && trace->pre_norm) memcpy(trace->pre_norm, x, nh);
+    if (trace && trace->pre_norm) memcpy(trace->pre_norm + row0 * H, x, nh);
     for (int64_t i = 0; i < n; i++) dr_op_rms_norm(x + i * H, bb->final_norm, d->eps, H, xn + i * H);
     if (hidden) memcpy(hidden, xn, nh);
     if (logits) restricted_logits(bb, xn, n, logits, tmp, b->pool);
@@ -109,28 +110,42 @@ done:
     return st;
 }
 
+/* Long prefills run in chunks of CHUNK rows: results do not depend on how rows are grouped into
+ * calls (see backbone.h), and the transient buffers (MoE gathers ~ 9 rows of H per row) stay bounded. */
+#define CHUNK 256
+
 drama_status dr_backbone_forward(const dr_backbone *bb, dr_bb_state *st, const int32_t *rows, int64_t n,
                                  float *hidden, float *logits, const dr_bb_trace *trace, dr_pool *pool,
                                  drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!st || !rows) return dr_fail(err, DRAMA_EINVAL, "backbone forward: state and rows are required");
+    int width = dr_backbone_row_width(bb);
+    for (int64_t i = 0; i < n; i++) { /* every row is checked before the state changes */
+        drama_status s = dr_backbone_check_row(bb, rows + i * width, i, err);
+        if (s) return s;
+    }
     drama_status s = dr_bb_state_reserve(st, st->pos + n, err);
     if (s) return s;
-    dr_bb_state **sts = malloc((size_t)n * sizeof *sts);
-    int64_t *pos = malloc((size_t)n * sizeof *pos);
+    int64_t m = n < CHUNK ? n : CHUNK, H = bb->d.H, nl = dr_backbone_n_logits(bb);
+    dr_bb_state **sts = malloc((size_t)m * sizeof *sts);
+    int64_t *pos = malloc((size_t)m * sizeof *pos);
     if (!sts || !pos) {
         free(sts);
         free(pos);
         return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
     }
-    for (int64_t i = 0; i < n; i++) {
-        sts[i] = st;
-        pos[i] = st->pos + i;
+    for (int64_t r0 = 0; r0 < n && s == DRAMA_OK; r0 += m) {
+        int64_t c = n - r0 < m ? n - r0 : m;
+        for (int64_t i = 0; i < c; i++) {
+            sts[i] = st;
+            pos[i] = st->pos + i;
+        }
+        bb_batch b = {bb, c, sts, pos, pool, pool ? dr_pool_threads(pool) : 1};
+        s = run(&b, rows + r0 * width, hidden ? hidden + r0 * H : NULL, logits ? logits + r0 * nl : NULL, trace, r0,
+                n, err);
+        if (s == DRAMA_OK) st->pos += c;
     }
-    bb_batch b = {bb, n, sts, pos, pool, pool ? dr_pool_threads(pool) : 1};
-    s = run(&b, rows, hidden, logits, trace, err);
-    if (s == DRAMA_OK) st->pos += n;
-    /* A failure inside the layers leaves the state partly updated: the caller resets it. */
+    /* A failure inside the layers leaves the state partly updated: the caller resets or restores it. */
     free(sts);
     free(pos);
     return s;
@@ -152,7 +167,7 @@ drama_status dr_backbone_step_batch(const dr_backbone *bb, dr_bb_state *const *s
     if (!pos) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
     for (int i = 0; i < n; i++) pos[i] = states[i]->pos;
     bb_batch b = {bb, n, states, pos, pool, pool ? dr_pool_threads(pool) : 1};
-    drama_status s = run(&b, rows, hidden, logits, NULL, err);
+    drama_status s = run(&b, rows, hidden, logits, NULL, 0, n, err);
     if (s == DRAMA_OK)
         for (int i = 0; i < n; i++) states[i]->pos++;
     free(pos);

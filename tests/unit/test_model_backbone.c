@@ -2,6 +2,7 @@
  * "ref/backbone" and "Variants"): embeddings, per-layer outputs, hidden and restricted logits for
  * prefill, decode steps and all 28 rows at once; every variant; thread-count and batching
  * invariance; snapshot/restore. Bounds: logits 5e-4, hidden/layers 2e-4, embeddings 1e-6. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -249,6 +250,48 @@ static void test_invariance(void **s) {
     model_close(&m);
 }
 
+/* A prefill longer than the internal chunk (256 rows) equals the same rows split over calls,
+ * including the traced layer outputs. */
+static void test_long_prefill(void **s) {
+    (void)s;
+    model m;
+    model_open(&m, "tiny-drama3");
+    const char *g = tu_golden("ref/backbone.safetensors");
+    int width = dr_backbone_row_width(&m.bb);
+    int64_t n_el, H = m.bb.d.H, nl = dr_backbone_n_logits(&m.bb), L = m.bb.d.n_layers;
+    int32_t *base = tu_load_i32(g, "prefill.rows", &n_el);
+    int64_t nb = n_el / width, n = 600, cut = 257;
+    int32_t *rows = malloc((size_t)(n * width) * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) memcpy(rows + i * width, base + (i % nb) * width, (size_t)width * sizeof(int32_t));
+    float *h1 = malloc((size_t)(n * H) * 4), *h2 = malloc((size_t)(n * H) * 4);
+    float *l1 = malloc((size_t)(n * nl) * 4), *l2 = malloc((size_t)(n * nl) * 4);
+    float *t1 = malloc((size_t)(L * n * H) * 4), *ta = malloc((size_t)(L * cut * H) * 4),
+          *tb = malloc((size_t)(L * (n - cut) * H) * 4);
+    dr_pool *pool = dr_pool_create(2);
+    drama_error e = {0};
+    dr_bb_state *st = NULL;
+    assert_int_equal(dr_bb_state_create(&m.bb, 16, &st, &e), DRAMA_OK);
+    dr_bb_trace tr = {NULL, t1, NULL};
+    assert_int_equal(dr_backbone_forward(&m.bb, st, rows, n, h1, l1, &tr, pool, &e), DRAMA_OK);
+    assert_int_equal(st->pos, n);
+    dr_bb_state_reset(st);
+    dr_bb_trace tra = {NULL, ta, NULL}, trb = {NULL, tb, NULL};
+    assert_int_equal(dr_backbone_forward(&m.bb, st, rows, cut, h2, l2, &tra, pool, &e), DRAMA_OK);
+    assert_int_equal(dr_backbone_forward(&m.bb, st, rows + cut * width, n - cut, h2 + cut * H, l2 + cut * nl, &trb,
+                                         pool, &e), DRAMA_OK);
+    assert_memory_equal(h1, h2, (size_t)(n * H) * 4);
+    assert_memory_equal(l1, l2, (size_t)(n * nl) * 4);
+    for (int64_t l = 0; l < L; l++) {
+        assert_memory_equal(t1 + l * n * H, ta + l * cut * H, (size_t)(cut * H) * 4);
+        assert_memory_equal(t1 + (l * n + cut) * H, tb + l * (n - cut) * H, (size_t)((n - cut) * H) * 4);
+    }
+    for (int64_t i = 0; i < n * nl; i++) assert_true(isfinite(l1[i]));
+    dr_bb_state_free(st);
+    dr_pool_free(pool);
+    free(base); free(rows); free(h1); free(h2); free(l1); free(l2); free(t1); free(ta); free(tb);
+    model_close(&m);
+}
+
 /* Teacher-forced against the float64 reference of ref/e2e-*.safetensors: prefill prompt.rows,
  * then append each golden frame as a row. hidden[f] is the row that predicts frame f. */
 static void run_e2e(const char *golden_rel, const char *tag) {
@@ -299,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_base),  cmocka_unit_test(test_fused),  cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_nvfp4), cmocka_unit_test(test_mlx),    cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_invariance), cmocka_unit_test(test_e2e_float64),
+        cmocka_unit_test(test_long_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
