@@ -21,8 +21,8 @@ static const char *const op_precision[OP_COUNT] = {
     "max-subtracted expf, sum in double; tol = u y (|x-max| + sum_j y_j|x_j-max| + 6) + 2^-148",
     "cos/sin of pos*inv_freq in double rounded to fp32, rotation in fp32; tol = 4u(|a|+|b|)",
     "as rope_half with (2i, 2i+1) pairs; tol = 4u(|a|+|b|)",
-    "scores in double rounded to fp32 then scaled, softmax, fp32 sum over positions; tol from the "
-    "score, softmax and (n_pos+2)u sum_t p_t|v_t| bounds",
+    ("scores in double rounded to fp32 then scaled, softmax, fp32 sum over positions; tol from the "
+     "score, softmax and (n_pos+2)u sum_t p_t|v_t| bounds"),
     "fp32 sum of bias + K products; tol = (K+2)u(|bias| + sum|w x|); window shifted exactly",
     "fp32 recurrence; tol = 2x the first-order bound of decay, k^T S (dk+2)u, rank-1 update, q^T S",
     "exact: the k largest of p >= 0 in descending order, ties to the lower index, -1 when too few",

@@ -4,6 +4,9 @@
 #include "backend/cpu/matmul.h"
 
 #include <math.h>
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -13,8 +16,11 @@
 dr_cpu_path dr_cpu_best_path(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return DR_CPU_AVX2;
+    /* avx2/fma through the compiler (it also checks the OS saves the AVX state); F16C from cpuid
+     * leaf 1, ecx bit 29 (not every compiler knows the "f16c" feature name) */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return DR_CPU_AVX2;
 #endif
     return DR_CPU_PORTABLE;
 }
