@@ -74,6 +74,9 @@ enum { DR_CODEC_LOAD_DECODER = 1, DR_CODEC_LOAD_ENCODER = 2, DR_CODEC_LOAD_ALL =
 
 /* Load from a directory: codec.pth (preferred) or codec.safetensors, plus codec.json if present. */
 drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, drama_error *err);
+/* The weights file dr_codec_open(dir) reads (path into buf). Its SHA-256 (base/sha256.h) is the
+ * codec fingerprint that keys cached reference encodings (CODEC.md 7). */
+drama_status dr_codec_file(const char *dir, char *buf, size_t buflen, drama_error *err);
 /* Load from named tensors (any source; names as stored, "generator." stripped, stale buffers
  * ignored). cfg: defaults + codec.json; shape-derived values are filled from the tensors.
  * Every missing, unexpected, mis-shaped or incomplete tensor is named in the error (up to a

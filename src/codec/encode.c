@@ -148,6 +148,18 @@ drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n,
 }
 
 /* ---- a codec directory: codec.pth or codec.safetensors, plus codec.json ---- */
+drama_status dr_codec_file(const char *dir, char *buf, size_t buflen, drama_error *err) {
+    struct stat sb;
+    static const char *names[] = {"codec.pth", "codec.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        if ((size_t)snprintf(buf, buflen, "%s/%s", dir, names[i]) >= buflen)
+            return dr_fail(err, DRAMA_EINVAL, "%s: path too long", dir);
+        if (stat(buf, &sb) == 0 && S_ISREG(sb.st_mode)) return DRAMA_OK;
+    }
+    if (buflen) buf[0] = '\0';
+    return dr_fail(err, DRAMA_EIO, "%s: neither codec.pth nor codec.safetensors found", dir);
+}
+
 drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, drama_error *err) {
     *out = NULL;
     char pth[4096], st[4096], js[4096];

@@ -392,6 +392,20 @@ static void test_open_dir_and_missing(void **state) {
     assert_int_equal(dr_codec_open("/nonexistent-dir", DR_CODEC_LOAD_ALL, &codec, &e), DRAMA_EIO);
     assert_null(codec);
     assert_int_equal(dr_codec_open(tu_golden("tiny-drama3"), DR_CODEC_LOAD_DECODER, &codec, &e), DRAMA_OK);
+    char file[1024];
+    assert_int_equal(dr_codec_file(tu_golden("tiny-drama3"), file, sizeof file, &e), DRAMA_OK);
+    assert_non_null(strstr(file, "tiny-drama3/codec.pth"));
+    assert_int_equal(dr_codec_file("/nonexistent-dir", file, sizeof file, &e), DRAMA_EIO);
+    /* the variants link their codec to tiny-drama3's */
+    static const char *variants[] = {"variants/fp8-block", "variants/nvfp4", "variants/mlx-affine4", "variants/pruned",
+                                     "variants/fused-experts"};
+    for (int i = 0; i < 5; i++) {
+        dr_codec *vc = NULL;
+        const char *dir = tu_model_dir(variants[i]);
+        if (dr_codec_open(dir, DR_CODEC_LOAD_DECODER, &vc, &e)) fail_msg("%s: %s", variants[i], e.message);
+        assert_true(dr_codec_config_equal(dr_codec_cfg(vc), dr_codec_cfg(codec)));
+        dr_codec_free(vc);
+    }
     int32_t *codes = NULL;
     int64_t T;
     float x[4] = {0};
