@@ -274,13 +274,13 @@ int main(int argc, char **argv) {
     printf("%-10s %-12s %4s %10s %10s %10s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s");
     const dr_wfmt fmts[] = {DR_WF_BF16, DR_WF_F16, DR_WF_FP8_BLOCK, DR_WF_NVFP4, DR_WF_AFFINE, DR_WF_F32};
     const int64_t shapes[3][2] = {{512, 2048}, {2048, 512}, {2048, 2048}};
-    const int64_t ns[2] = {1, 8};
+    const int64_t ns[3] = {1, 8, 64};
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
         for (int s = 0; s < 3; s++) {
             bench_weight *bw = calloc(1, sizeof *bw);
             if (!bw || make(bw, fmts[f], shapes[s][0], shapes[s][1], hot) != 0) return 1;
             int64_t rows = shapes[s][0], cols = shapes[s][1];
-            for (int ni = 0; ni < 2; ni++) {
+            for (int ni = 0; ni < 3; ni++) {
                 int64_t n = ns[ni];
                 float *x = dr_alloc((size_t)(n * cols) * 4), *y = dr_alloc((size_t)(n * rows) * 4);
                 for (int64_t i = 0; i < n * cols; i++) x[i] = frand();

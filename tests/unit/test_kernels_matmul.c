@@ -265,6 +265,35 @@ static void test_formats_ragged(void **state) {
     g_affine_bits = 4;
 }
 
+/* Batches larger than the activation tile and weight blocks that end mid-block: every row of a
+ * large-n product equals the same row computed alone, on every path and thread count. */
+static void test_large_batches(void **state) {
+    (void)state;
+    const dr_wfmt fmts[] = {DR_WF_BF16, DR_WF_FP8_BLOCK, DR_WF_NVFP4, DR_WF_AFFINE};
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        test_weight t;
+        int64_t rows = 41, cols = fmts[f] == DR_WF_BF16 ? 70 : 96, n = 37;
+        make_weight(&t, fmts[f], rows, cols);
+        float *x = malloc((size_t)(n * cols) * sizeof *x), *y = malloc((size_t)(n * rows) * sizeof *y);
+        float *one = malloc((size_t)rows * sizeof *one);
+        for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+        for (int p = 0; p < 2; p++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                dr_pool *pool = dr_pool_create(threads);
+                dr_cpu_matmul_path(&t.w, 0, rows, x, n, y, pool, p ? DR_CPU_AVX2 : DR_CPU_PORTABLE);
+                for (int64_t b = 0; b < n; b++) {
+                    dr_cpu_matmul_path(&t.w, 0, rows, x + b * cols, 1, one, NULL, DR_CPU_PORTABLE);
+                    if (memcmp(one, y + b * rows, (size_t)rows * sizeof *one) != 0)
+                        fail_msg("%s: row %lld of an n=%lld batch differs (path %d, %d threads)", fmt_name(fmts[f]),
+                                 (long long)b, (long long)n, p, threads);
+                }
+                dr_pool_free(pool);
+            }
+        free(x), free(y), free(one);
+        free_weight(&t);
+    }
+}
+
 /* The E4M3 vector decode against the table for every code, NaN codes included. */
 static void test_fp8_all_codes_paths(void **state) {
     (void)state;
@@ -425,6 +454,7 @@ static void test_golden_units_matmul(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_ragged),
+        cmocka_unit_test(test_large_batches),
         cmocka_unit_test(test_fp8_all_codes_paths),
         cmocka_unit_test(test_nvfp4_extreme_scales),
         cmocka_unit_test(test_nonfinite_activations),

@@ -68,31 +68,60 @@ void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_p
         dr_weight_dequant_row(w, r, out);
 }
 
+/* Batched products (n > 1, prefill) take weight rows in blocks of MM_ROWS: the block is
+ * dequantised once into the worker's scratch, then activation rows are visited in tiles of
+ * MM_XTILE so a tile and the block stay in L2 while every pair meets. Each y element is still one
+ * canonical dot product, so the tiling changes speed only, never bits. */
+enum { MM_ROWS = 16, MM_XTILE = 16 };
+
 typedef struct mm_job {
     const dr_weight *w;
     int64_t r0;       /* first weight row */
+    int64_t nrows;    /* r1 - r0 */
     const float *x;
     int64_t n;        /* activation rows */
     float *y;
     int64_t ldy;      /* r1 - r0 */
-    float *scratch;   /* one dequantised row per worker */
+    float *scratch;   /* per worker: MM_ROWS dequantised rows (one when n == 1) */
     int64_t ld_scratch;
+    int rows_per_task;
     dr_cpu_path path;
 } mm_job;
 
-/* Task i: weight row r0 + i against every activation row. Each y element is produced by exactly
- * one task, with a fixed operation order, so the split over workers cannot change it. */
-static void mm_task(void *ctx, int64_t i, int worker) {
-    mm_job *j = ctx;
-    float *wrow = j->scratch + (size_t)worker * (size_t)j->ld_scratch;
+static void dequant(const mm_job *j, int64_t r, float *out) {
+    if (j->path == DR_CPU_AVX2) dr_cpu_avx2_dequant_row(j->w, r, out);
+    else dr_weight_dequant_row(j->w, r, out);
+}
+
+/* y[b * ldy] = dot(x_b, wrow) for the nb activation rows starting at x */
+static void dots(const mm_job *j, const float *x, int64_t nb, const float *wrow, float *y) {
     int64_t cols = j->w->cols;
-    if (j->path == DR_CPU_AVX2) {
-        if (j->n == 1 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x, j->y + i)) return;
-        dr_cpu_avx2_dequant_row(j->w, j->r0 + i, wrow);
-        dr_cpu_avx2_dot_rows(j->x, cols, j->n, wrow, cols, j->y + i, j->ldy);
-    } else {
-        dr_weight_dequant_row(j->w, j->r0 + i, wrow);
-        for (int64_t b = 0; b < j->n; b++) j->y[b * j->ldy + i] = dot_portable(j->x + b * cols, wrow, cols);
+    if (j->path == DR_CPU_AVX2) dr_cpu_avx2_dot_rows(x, cols, nb, wrow, cols, y, j->ldy);
+    else
+        for (int64_t b = 0; b < nb; b++) y[b * j->ldy] = dot_portable(x + b * cols, wrow, cols);
+}
+
+/* Task t: weight rows [t * rows_per_task, ...) (relative to r0) against every activation row.
+ * Each y element is produced by exactly one task, with a fixed operation order, so the split over
+ * workers cannot change it. */
+static void mm_task(void *ctx, int64_t t, int worker) {
+    mm_job *j = ctx;
+    int64_t cols = j->w->cols;
+    int64_t i0 = t * j->rows_per_task, i1 = i0 + j->rows_per_task < j->nrows ? i0 + j->rows_per_task : j->nrows;
+    float *buf = j->scratch + (size_t)worker * (size_t)j->rows_per_task * (size_t)j->ld_scratch;
+    if (j->n == 1) {
+        for (int64_t i = i0; i < i1; i++) {
+            if (j->path == DR_CPU_AVX2 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x, j->y + i)) continue;
+            dequant(j, j->r0 + i, buf);
+            dots(j, j->x, 1, buf, j->y + i);
+        }
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++) dequant(j, j->r0 + i, buf + (i - i0) * j->ld_scratch);
+    for (int64_t b0 = 0; b0 < j->n; b0 += MM_XTILE) {
+        int64_t nb = j->n - b0 < MM_XTILE ? j->n - b0 : MM_XTILE;
+        for (int64_t i = i0; i < i1; i++)
+            dots(j, j->x + b0 * cols, nb, buf + (i - i0) * j->ld_scratch, j->y + b0 * j->ldy + i);
     }
 }
 
@@ -101,17 +130,19 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     if (!w || n <= 0 || r1 <= r0) return;
     int threads = pool ? dr_pool_threads(pool) : 1;
     if (threads < 1) threads = 1;
-    mm_job j = {.w = w, .r0 = r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .path = resolve(path)};
-    j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each worker's row on its own cache lines */
+    mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .path = resolve(path)};
+    j.rows_per_task = n == 1 ? 1 : MM_ROWS;
+    j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each row on its own cache lines */
     size_t bytes;
-    if (r0 < 0 || r1 > w->rows || w->cols <= 0 || !dr_mul_size((size_t)threads * 4, (size_t)j.ld_scratch, &bytes) ||
+    if (r0 < 0 || r1 > w->rows || w->cols <= 0 ||
+        !dr_mul_size((size_t)threads * (size_t)j.rows_per_task * 4, (size_t)j.ld_scratch, &bytes) ||
         !(j.scratch = dr_alloc(bytes))) {
         dr_log(DR_LOG_ERROR, "matmul %s: bad row range [%lld, %lld) or out of memory; output set to NaN",
                w->name ? w->name : "weight", (long long)r0, (long long)r1);
         for (int64_t i = 0; i < n * (r1 - r0); i++) y[i] = NAN;
         return;
     }
-    dr_pool_run(pool, r1 - r0, mm_task, &j);
+    dr_pool_run(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
     dr_free(j.scratch);
 }
 
