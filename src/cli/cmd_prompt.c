@@ -146,11 +146,11 @@ int cmd_prompt(int argc, char **argv) {
 
     dr_prompt_ids ids;
     if (dr_prompt_resolve_ids(tok, &ids, &err)) goto done;
-    if (cfg->tokens.semantic_start >= 0 && cfg->tokens.semantic_start != ids.semantic_start) {
-        dr_fail(&err, DRAMA_EFORMAT, "%s/config.json: semantic_start_token_id %lld disagrees with tokenizer <|semantic:0|> = %d",
-                model, (long long)cfg->tokens.semantic_start, (int)ids.semantic_start);
+    /* the config's token ids must agree with the tokenizer (MODEL.md 3.4); the eos warning is inspect's */
+    int32_t end_id = cfg->sw.end_token ? dr_tok_id(tok, cfg->sw.end_token) : ids.im_end;
+    if (dr_config_check_token_ids(cfg, ids.semantic_start, ids.n_semantic, end_id < 0 ? ids.im_end : end_id, NULL,
+                                  &err))
         goto done;
-    }
 
     for (int i = 0; i < n_codes; i++) {
         if (dr_codes_read(ref_codes[i], n_codebooks, upper, &codes[i], &err)) goto done;
