@@ -65,6 +65,9 @@ void drama_model_options_default(drama_model_options *opt);
 drama_status drama_model_open(drama_model **out, const char *dir, const drama_model_options *opt,
                               drama_error *err);
 void drama_model_close(drama_model *model);
+/* Output geometry of a model (from its codec configuration): samples per second and per frame. */
+int drama_model_sample_rate(const drama_model *model);
+int drama_model_samples_per_frame(const drama_model *model);
 
 drama_status drama_session_create(drama_session **out, drama_model *model, drama_error *err);
 void drama_session_free(drama_session *session);

@@ -297,6 +297,7 @@ typedef struct run_ctx {
     int64_t chunks;
     double t0;
     double last_draw;
+    int sample_rate;
     const char *pause_env;  /* test hook, see on_audio */
 } run_ctx;
 
@@ -363,7 +364,7 @@ static int on_audio(void *user, const float *samples, size_t n) {
     if (c->a->progress_json) {
         json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:I}", "event", "chunk", "chunk", (json_int_t)c->chunks,
                               "samples", (json_int_t)n, "samples_total", (json_int_t)dr_wav_out_samples(c->wav),
-                              "audio_seconds", (double)dr_wav_out_samples(c->wav) / 44100.0, "t",
+                              "audio_seconds", (double)dr_wav_out_samples(c->wav) / c->sample_rate, "t",
                               dr_clock_s() - c->t0, "bytes", (json_int_t)dr_wav_out_bytes(c->wav));
         emit_json_event(j);
     }
@@ -530,7 +531,8 @@ int cmd_synthesize(int argc, char **argv) {
     g_session = session;
     if (g_signalled) drama_session_cancel(session);
     /* Open the output before any generation so a bad -o fails in milliseconds. */
-    st = dr_wav_out_open(&ctx.wav, a.out, fmt, 44100, 0, &err);
+    ctx.sample_rate = drama_model_sample_rate(model);
+    st = dr_wav_out_open(&ctx.wav, a.out, fmt, ctx.sample_rate, 0, &err);
     if (st != DRAMA_OK) goto done;
     snprintf(g_tmp_path, sizeof g_tmp_path, "%s", dr_wav_out_temp_path(ctx.wav));
 

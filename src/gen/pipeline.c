@@ -118,6 +118,9 @@ drama_status drama_model_open(drama_model **out, const char *dir, const drama_mo
 
 void drama_model_close(drama_model *model) { dr_pl_model_close(model); }
 
+int drama_model_sample_rate(const drama_model *model) { return model ? model->sample_rate : 0; }
+int drama_model_samples_per_frame(const drama_model *model) { return model ? model->samples_per_frame : 0; }
+
 drama_status drama_session_create(drama_session **out, drama_model *model, drama_error *err) {
     if (!out) return dr_fail(err, DRAMA_EINVAL, "drama_session_create: out is NULL");
     *out = NULL;

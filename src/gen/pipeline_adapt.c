@@ -40,6 +40,7 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
         snprintf(p, sizeof p, "%s/tokenizer.json", dir);
         st = dr_tok_load(p, &m->tok, err);
     }
+    if (st == DRAMA_OK) st = dr_pl_codec_geometry(m, &m->sample_rate, &m->samples_per_frame, &m->n_codebooks, err);
     if (st == DRAMA_OK) {
         m->pool = dr_pool_create(m->threads);
         if (!m->pool) st = dr_fail(err, DRAMA_ENOMEM, "cannot create a pool of %d threads", m->threads);

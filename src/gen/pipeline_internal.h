@@ -26,6 +26,7 @@ struct drama_model {
     dr_pool *pool;
     dr_codec *codec;  /* decoder + encoder */
     dr_pl_lm *lm;     /* NULL while released (low-memory mode between requests) */
+    int sample_rate, samples_per_frame, n_codebooks; /* from the codec config, at open */
     pthread_mutex_t run_lock; /* one request at a time per model (shared pool, lazy loads) */
 };
 

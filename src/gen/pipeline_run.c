@@ -160,6 +160,7 @@ static drama_status run(run_ctx *c, drama_error *err) {
 
     phase(c, DRAMA_PHASE_LOAD);
     st = dr_pl_lm_acquire(m, err);
+    if (st == DRAMA_OK && cancelled(c)) st = dr_fail(err, DRAMA_ECANCELLED, "cancelled while loading");
     if (st != DRAMA_OK) goto out;
     if (!m->codec && !m->low_memory) {
         st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
@@ -251,11 +252,10 @@ drama_status dr_pl_run(drama_session *s, const drama_request *req, drama_audio_f
     c.frames_target = req->frames > 0 ? req->frames : req->max_frames;
     if (req->frames_per_batch > 0) c.frames_target = req->frames_per_batch; /* per batch */
     res->seed = req->seed_set ? req->seed : dr_pl_random_seed();
-    res->sample_rate = 44100;
-    res->samples_per_frame = 2048;
-    drama_status st = dr_pl_codec_geometry(c.m, &res->sample_rate, &res->samples_per_frame, &c.nc, err);
-    res->n_codebooks = c.nc;
-    if (st == DRAMA_OK) st = run(&c, err);
+    res->sample_rate = c.m->sample_rate;
+    res->samples_per_frame = c.m->samples_per_frame;
+    res->n_codebooks = c.nc = c.m->n_codebooks;
+    drama_status st = run(&c, err);
     dr_phase_end(&c.clock, res);
     if (st == DRAMA_EFRAMELIMIT) snprintf(res->finish_reason, sizeof res->finish_reason, "frame_limit");
     res->wall_s = dr_clock_s() - c.clock.t_request;
