@@ -5,6 +5,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "base/path.h"
 #include "io/rows_json.h"
 #include "text/tok_internal.h"
 
@@ -522,9 +523,10 @@ drama_status dr_tok_load_memory(const void *data, size_t size, const char *label
 
 drama_status dr_tok_load(const char *path, dr_tok **out, drama_error *err) {
     *out = NULL;
-    char *data;
+    char *data, link_target[4096];
     size_t len;
-    drama_status st = dr_io_read_all(path, &data, &len, err);
+    drama_status st = dr_io_read_all(dr_path_follow_placeholder(path, link_target, sizeof link_target), &data,
+                                     &len, err);
     if (st) return st;
     st = dr_tok_load_memory(data, len, path, out, err);
     free(data);
