@@ -72,6 +72,8 @@ static void install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* A closed pipe on -o - becomes a write error (EPIPE) with a message, not a silent kill. */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 static void usage(FILE *f) {
@@ -276,6 +278,10 @@ static int parse_args(int argc, char **argv, synth_args *a) {
     }
     if (a->req.frames && a->req.frames_per_batch) {
         fprintf(stderr, "drama synthesize: --frames and --frames-per-batch exclude each other\n");
+        return DR_EXIT_USAGE;
+    }
+    if (a->save_codes && !strcmp(a->save_codes, "-") && !strcmp(a->out, "-")) {
+        fprintf(stderr, "drama synthesize: --save-codes - and -o - would both write to stdout\n");
         return DR_EXIT_USAGE;
     }
     if (a->req.stream_chunk_frames && !a->req.stream) {
