@@ -5,7 +5,11 @@
  *       [--seed S] [--temperature T] [--top-p P] [--semantic-top-k K] [--acoustic-top-k K]
  *       [--ras-window W] [--ras-temperature T] [--ras-top-p P] [--frame-cap N]
  *       [--cfg-gamma G --uncond-rows U.json] [--cfg-mode paired|separate]
- *       [--threads N] [--set name=value]...
+ *       [--threads N] [--set name=value]... [--score]
+ *
+ * --score prints the tower's teacher-forced negative log-likelihood of the prompt's audio rows
+ * (codebooks 1..9, MODEL.md 11 step 3) as one JSON line on stdout; without --frames it stops
+ * there (no generation, --codes-out optional). Compare tower switch settings with it.
  *
  * The first "prefill" rows of ROWS.json are one prefill call; later rows are appended one call
  * each. --frames N asks for exactly N frames (fewer if the end token comes first); without it
@@ -54,6 +58,8 @@ static void usage(FILE *f) {
             "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
             "  --threads N           worker threads (default: all CPUs)\n"
             "  --set name=value      engine switch override (repeatable)\n"
+            "  --score               print the tower's teacher-forced NLL of the prompt's audio rows (JSON);\n"
+            "                        without --frames nothing is generated\n"
             "exit status: 0 ok, 1 error, 2 usage, 3 frame limit reached, 130 interrupted\n");
 }
 
@@ -130,7 +136,7 @@ static double now_s(void) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *rows_path = NULL, *uncond_path = NULL, *out_path = NULL;
     const char *sets[64];
-    int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0;
+    int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0, score_only = 0;
     long long frames = 0, lv;
     double dv;
     dr_gen_options o;
@@ -140,6 +146,10 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return DR_EXIT_OK;
+        }
+        if (!strcmp(a, "--score")) {
+            score_only = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "drama generate: %s: missing value (or unknown flag)\n", a);
@@ -177,14 +187,15 @@ int cmd_generate(int argc, char **argv) {
             return DR_EXIT_USAGE;
         }
     }
-    if (!model || !rows_path || !out_path) {
+    int generate = !score_only || frames > 0;
+    if (!model || !rows_path || (generate && !out_path)) {
         fprintf(stderr, "drama generate: --model, --rows and --codes-out are required\n");
         usage(stderr);
         return DR_EXIT_USAGE;
     }
     o.frames = (int)frames;
     if (frames > 0 && !have_cap && frames > o.sp.frame_cap) o.sp.frame_cap = (int)frames;
-    if (!have_seed) {
+    if (!have_seed && generate) {
         if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
         fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
     }
@@ -209,7 +220,11 @@ int cmd_generate(int argc, char **argv) {
         st = dr_fail(&err, DRAMA_EEMPTY, "%s: no rows", rows_path);
         goto done;
     }
+    o.allow_empty = !generate;
     if ((st = dr_gen_session_create(&lm->model, &o, &s, &err))) goto done;
+    dr_gen_score score;
+    memset(&score, 0, sizeof score);
+    if (score_only) dr_gen_set_score(s, &score);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -223,6 +238,22 @@ int cmd_generate(int argc, char **argv) {
     for (int64_t r = k; r < rows.n_rows; r++)
         if ((st = dr_gen_prefill(s, rows.data + r * (nc + 1), 1, NULL, 0, &err))) goto done;
     double t1 = now_s();
+    if (score_only) {
+        double mean = 0;
+        printf("{\"scored_positions\": %" PRId64 ", \"tower_nll\": [", score.count);
+        for (int j = 0; j < score.n_codebooks; j++) {
+            double v = score.count ? score.nll_sum[j] / (double)score.count : 0;
+            mean += v / score.n_codebooks;
+            printf("%s%.6f", j ? ", " : "", v);
+        }
+        printf("], \"tower_nll_mean\": %.6f}\n", mean);
+        fflush(stdout);
+        dr_gen_set_score(s, NULL);
+        if (!generate) {
+            rc = DR_EXIT_OK;
+            goto done;
+        }
+    }
     dr_gen_finish fin = DR_FINISH_NONE;
     st = dr_gen_run(s, on_frame, &col, &fin, &err);
     double t2 = now_s();

@@ -1,6 +1,7 @@
 /* frameloop.c - generation sessions (frameloop.h). */
 #include "gen/frameloop.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,7 @@ struct dr_gen_session {
     int window[RAS_MAX];   /* semantic codes of the last frames of this batch, oldest first */
     int window_len;
     dr_sample_ws ws;
+    dr_gen_score *score;   /* when set, prefills accumulate the tower's teacher-forced NLL */
 };
 
 void dr_gen_options_default(dr_gen_options *o) {
@@ -197,6 +199,26 @@ static drama_status bb_forward(const dr_gen_model *m, void *const *states, int n
     return DRAMA_OK;
 }
 
+/* -log softmax(head j-1 logits)[c_j] of every audio-paired tower row (MODEL.md 11 step 3). */
+static void score_rows(dr_gen_session *s, const float *logits, const int32_t *codes, const uint8_t *mask, int64_t nt) {
+    dr_gen_score *sc = s->score;
+    sc->n_codebooks = s->nc - 1;
+    for (int64_t r = 0; r < nt; r++) {
+        if (!mask[r]) continue;
+        sc->count++;
+        for (int j = 1; j < s->nc; j++) {
+            const float *l = logits + (r * (s->nc - 1) + (j - 1)) * s->hv;
+            int32_t target = codes[r * s->nc + j];
+            double mx = -INFINITY, z = 0;
+            for (int i = 0; i < s->hv; i++) mx = l[i] > mx ? l[i] : mx;
+            for (int i = 0; i < s->hv; i++) z += exp(l[i] - mx);
+            /* a code outside the head's vocabulary cannot be predicted: infinite NLL */
+            double nll = (target >= 0 && target < s->hv) ? log(z) - (l[target] - mx) : INFINITY;
+            if (j - 1 < DR_GEN_SCORE_MAX) sc->nll_sum[j - 1] += nll;
+        }
+    }
+}
+
 drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_rows, const int32_t *uncond_rows,
                             int64_t n_uncond, drama_error *err) {
     if (s->invalid) return dr_fail(err, DRAMA_EINVAL, "generation session: invalid after a cancel or failure; reset it");
@@ -255,9 +277,19 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
         tmask[nt] = (uint8_t)is_audio(s, row);
         for (int j = 0; j < s->nc; j++) tcodes[nt * s->nc + j] = tmask[nt] ? row[1 + j] : 0;
     }
-    if (nt > 0 && (st = dr_tower_forward(s->m->tower, s->tc, (int)nt, th, tcodes, tmask, NULL, NULL, s->m->pool, err))) {
-        s->invalid = 1;
+    float *tl = NULL;
+    if (s->score && nt > 0 && !(tl = dr_alloc((size_t)nt * (s->nc - 1) * s->hv * sizeof(float)))) {
+        st = dr_fail(err, DRAMA_ENOMEM, "prefill: out of memory for the tower scores");
         goto done;
+    }
+    if (nt > 0 && (st = dr_tower_forward(s->m->tower, s->tc, (int)nt, th, tcodes, tmask, NULL, tl, s->m->pool, err))) {
+        s->invalid = 1;
+        dr_free(tl);
+        goto done;
+    }
+    if (tl) {
+        score_rows(s, tl, tcodes, tmask, nt);
+        dr_free(tl);
     }
     memcpy(s->pend_h, hidden + (n_rows - 1) * s->H, (size_t)s->H * sizeof(float));
     memcpy(s->last_row, rows + (n_rows - 1) * W, (size_t)W * sizeof(int32_t));
@@ -434,6 +466,8 @@ drama_status dr_gen_run(dr_gen_session *s, dr_gen_frame_fn on_frame, void *ctx, 
         if (on_frame && on_frame(ctx, s->frames - 1, frame)) dr_gen_cancel(s);
     }
 }
+
+void dr_gen_set_score(dr_gen_session *s, dr_gen_score *score) { s->score = score; }
 
 int64_t dr_gen_frames(const dr_gen_session *s) { return s->frames; }
 uint64_t dr_gen_draws(const dr_gen_session *s) { return s->draws; }

@@ -112,6 +112,17 @@ void dr_gen_cancel(dr_gen_session *s);  /* thread-safe; effective between frames
 /* Drop every state (backbone, guidance, tower caches, counters): ready for a fresh prefill. */
 drama_status dr_gen_reset(dr_gen_session *s, drama_error *err);
 
+/* Teacher-forced tower scoring for bring-up (MODEL.md 11 step 3): while set, every prefill adds
+ * -log p(c_j) of head j-1 for each tower position paired with an audio row, j = 1..NC-1. The
+ * mean NLL per codebook (nll_sum[j-1] / count) compares tower switch settings on real data. */
+#define DR_GEN_SCORE_MAX 15
+typedef struct dr_gen_score {
+    int n_codebooks;                  /* NC - 1 */
+    int64_t count;                    /* scored positions */
+    double nll_sum[DR_GEN_SCORE_MAX]; /* per predicted codebook 1..NC-1 */
+} dr_gen_score;
+void dr_gen_set_score(dr_gen_session *s, dr_gen_score *score); /* NULL stops scoring */
+
 /* Introspection (for tests, dumps and the pipeline). */
 int64_t dr_gen_frames(const dr_gen_session *s);        /* frames made by this session */
 uint64_t dr_gen_draws(const dr_gen_session *s);        /* semantic draws made (for the next draw_base) */

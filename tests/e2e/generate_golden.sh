@@ -66,6 +66,12 @@ echo '{"rows": [[1, 0, 0]], "prefill": 1}' > "$T/narrow.json"
 "${G[@]}" --rows "$T/narrow.json" --frames 2 --codes-out "$T/bad.json" 2> "$T/bad.err" && bad "narrow rows accepted"
 grep -q narrow.json "$T/bad.err" || bad "narrow rows: message does not name the file: $(cat "$T/bad.err")"
 
+# --score: the tower's teacher-forced NLL of the reference frames, no generation
+"${G[@]}" --rows "$T/rows-ref12.json" --score > "$T/score.json" 2> "$T/score.err" || bad "score: $(cat "$T/score.err")"
+nref=$(jq '.case.ref.frames' "$DRAMA_GOLDEN/ref/e2e-ref12.json")
+[ "$(jq '.scored_positions' "$T/score.json")" = "$nref" ] && [ "$(jq '.tower_nll | length' "$T/score.json")" = 9 ] \
+    && echo "score: $(cat "$T/score.json")" || bad "score output: $(cat "$T/score.json")"
+
 # another shape: tower dim differs from the backbone hidden, other heads, other FFN
 if "$DRAMA_BIN" make-model "$T/custom" --shape custom --hidden 96 --layers 4 --num-experts 8 --top-k 2 --moe-inter 32 \
       --shared-inter 48 --head-dim 32 --tower-dim 80 --tower-heads 5 --tower-kv-heads 1 --tower-head-dim 16 \

@@ -528,6 +528,52 @@ static void test_frameloop_switches(void **state) {
     }
 }
 
+/* Scoring during prefill equals the NLL computed from the golden tower logits: the prefill of
+ * ref/backbone's 20 rows pairs tower position p with row p+1 exactly as ref/tower does (its rows
+ * 0..18; row 19 there is an extra frame), so this checks the prefill pairing against the golden. */
+static void test_score_matches_golden_tower(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks, HV = f->lm1->tower.d.head_vocab;
+    int64_t n;
+    int32_t *rows = tu_load_i32(tu_golden("ref/backbone.safetensors"), "prefill.rows", &n);
+    int64_t L = n / (NC + 1);
+    const char *g = tu_golden("ref/tower.safetensors");
+    float *logits = tu_load_f32(g, "logits", &n);
+    float *mask = tu_load_f32(g, "mask", &n);
+    int32_t *codes = tu_load_i32(g, "codes", &n);
+    double want[16] = {0};
+    int64_t cnt = 0;
+    for (int64_t r = 0; r < L - 1; r++) {
+        if (mask[r] == 0) continue;
+        cnt++;
+        for (int j = 1; j < NC; j++) {
+            const float *l = logits + (r * (NC - 1) + j - 1) * HV;
+            double mx = -INFINITY, z = 0;
+            for (int i = 0; i < HV; i++) mx = fmax(mx, l[i]);
+            for (int i = 0; i < HV; i++) z += exp(l[i] - mx);
+            want[j - 1] += log(z) - (l[codes[r * NC + j]] - mx);
+        }
+    }
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    dr_gen_score sc;
+    memset(&sc, 0, sizeof sc);
+    dr_gen_set_score(s, &sc);
+    assert_int_equal(dr_gen_prefill(s, rows, L, NULL, 0, &e), DRAMA_OK);
+    assert_true(cnt > 0);
+    assert_int_equal(sc.count, cnt);
+    assert_int_equal(sc.n_codebooks, NC - 1);
+    double worst = 0;
+    for (int j = 0; j < NC - 1; j++) worst = fmax(worst, fabs(sc.nll_sum[j] / cnt - want[j] / cnt));
+    printf("tower NLL from the session vs from golden logits: %lld positions, max |diff| %.3e\n", (long long)cnt, worst);
+    assert_true(worst < 1e-3);
+    dr_gen_session_free(s);
+    free(rows); free(logits); free(mask); free(codes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_noref),
@@ -541,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_extend_equals_whole),
         cmocka_unit_test(test_clone),
         cmocka_unit_test(test_frameloop_switches),
+        cmocka_unit_test(test_score_matches_golden_tower),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
