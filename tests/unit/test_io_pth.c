@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -50,6 +51,42 @@ static void test_golden_codec_pth(void **state) {
     dr_pth_close(p);
 }
 
+/* A protocol-4 pickle (FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE), a {"state_dict": ...}
+ * wrapper with other keys, _rebuild_parameter, a BF16 storage viewed with transposed strides and
+ * an unusual directory name (tests/fuzz/seeds/fuzz_unpickle/proto4.pth, written by Python's own
+ * pickler with stand-in torch globals). */
+static void test_protocol4_wrapper(void **state) {
+    (void)state;
+    const char *src = getenv("DRAMA_SRC");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fuzz/seeds/fuzz_unpickle/proto4.pth", src ? src : ".");
+    drama_error e = {0};
+    dr_pth *p = NULL;
+    if (dr_pth_open(path, &p, &e)) fail_msg("%s", e.message);
+    assert_string_equal(dr_pth_prefix(p), "weird_name-9");
+    assert_int_equal(dr_pth_count(p), 3);
+    const dr_tensor *w = dr_pth_find(p, "generator.a.weight"), *b = dr_pth_find(p, "generator.a.bias"),
+                    *t = dr_pth_find(p, "generator.b.t");
+    assert_non_null(w), assert_non_null(b), assert_non_null(t);
+    float fw[6], fb[2];
+    memcpy(fw, w->data, sizeof fw);
+    memcpy(fb, b->data, sizeof fb);
+    assert_true(fw[0] == 1 && fw[5] == 6 && w->shape[0] == 2 && w->shape[1] == 3);
+    assert_true(fb[0] == 5 && fb[1] == 6);
+    assert_int_equal(t->dtype, DR_DT_BF16);
+    assert_int_equal(t->nbytes, 8);
+    uint16_t h[4];
+    memcpy(h, t->data, sizeof h);
+    float want[4] = {1.5f, -3.0f, 2.5f, 0.25f};
+    for (int i = 0; i < 4; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        assert_true(f == want[i]);
+    }
+    dr_pth_close(p);
+}
+
 static void test_missing_file(void **state) {
     (void)state;
     drama_error e = {0};
@@ -63,6 +100,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_codec_pth),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_protocol4_wrapper),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
