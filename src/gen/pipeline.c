@@ -163,7 +163,6 @@ drama_status drama_synthesize(drama_session *session, const drama_request *req, 
         if (st == DRAMA_OK) why = "end_token";
         else if (st == DRAMA_ECANCELLED) why = "cancelled";
         else if (st == DRAMA_EFRAMELIMIT) why = "frame_limit";
-        else if (st == DRAMA_EEMPTY) why = "empty_generation";
         else if (st == DRAMA_ENUMERIC) why = "numerical_error";
         snprintf(res->finish_reason, sizeof res->finish_reason, "%s", why);
     }

@@ -192,6 +192,7 @@ static drama_status run(run_ctx *c, drama_error *err) {
         int64_t budget = q->frames > 0 ? q->frames - c->n_frames : q->frames_per_batch; /* 0 = until the end token */
         int ended = 0;
         st = dr_pl_gen_frames(gen, budget, on_frame, c, &ended, err);
+        if (st == DRAMA_EEMPTY) snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "empty_generation");
         if (st != DRAMA_OK) goto out;
         if (q->frames > 0 && c->n_frames >= q->frames) {
             snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "frames");
