@@ -18,7 +18,10 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "io/torchzip.h"
+#include "model/backbone.h"
 #include "model/config.h"
+#include "model/loader.h"
+#include "model/state.h"
 #include "num/weight.h"
 #include "testutil.h"
 #include "text/tokenizer.h"
@@ -395,6 +398,78 @@ static void test_prune_and_fused(void **state) {
     tu_rm_rf(base);
 }
 
+/* "Weights at realistic scales so activations stay finite": 40 layers (the real depth) at a small
+ * width through the engine's backbone; every layer's residual stream and the logits are finite,
+ * the residual grows slowly and the restricted logits are not degenerate. */
+static void test_activations_stay_finite(void **state) {
+    (void)state;
+    const char *dir = tu_tmpdir();
+    dr_mm_options o = small_opts(DR_MM_FP8);
+    o.dims.layers = 40;
+    o.dims.full_attention_interval = 4;
+    drama_error e = {0};
+    OK(dr_make_model(dir, &o, &e));
+    dr_config *cfg = NULL;
+    dr_ckpt *ck = NULL;
+    dr_loader *ld = NULL;
+    dr_backbone bb;
+    memset(&bb, 0, sizeof bb);
+    OK(dr_config_load(dir, NULL, 0, &cfg, &e));
+    OK(dr_ckpt_open(dir, &ck, &e));
+    OK(dr_loader_create(ck, cfg, &ld, &e));
+    OK(dr_backbone_bind(&bb, ld, &e));
+    dr_loader_finish(ld);
+    OK(dr_findings_check(dr_loader_findings(ld), 0, &e)); /* tower not bound here: unexpected is fine */
+    int64_t S = cfg->tokens.semantic_start, V = cfg->audio.vocab_size, end = cfg->tokens.eos[0];
+    OK(dr_backbone_set_tokens(&bb, S, V, end, &e));
+    dr_bb_state *st = NULL;
+    OK(dr_bb_state_create(&bb, 16, &st, &e));
+    enum { N = 12 };
+    int W = dr_backbone_row_width(&bb);
+    int32_t rows[N * 16];
+    memset(rows, 0, sizeof rows);
+    for (int r = 0; r < N; r++) {
+        if (r < 6) {
+            rows[r * W] = 20 + 37 * r; /* text rows */
+        } else {                       /* audio rows: token S + c0, codes c0..c9 */
+            for (int k = 0; k < W - 1; k++) rows[r * W + 1 + k] = (97 * r + 13 * k) % (k ? 1024 : (int)V);
+            rows[r * W] = (int32_t)(S + rows[r * W + 1]);
+        }
+    }
+    int64_t H = bb.d.H, nl = dr_backbone_n_logits(&bb);
+    float *hidden = malloc((size_t)(N * H) * sizeof *hidden), *logits = malloc((size_t)(N * nl) * sizeof *logits);
+    float *layer_out = malloc((size_t)(40 * N * H) * sizeof *layer_out);
+    dr_bb_trace tr = {.layer_out = layer_out};
+    OK(dr_backbone_forward(&bb, st, rows, N, hidden, logits, &tr, NULL, &e));
+    double first_rms = 0, last_rms = 0;
+    for (int L = 0; L < 40; L++) {
+        double ss = 0;
+        for (int64_t i = 0; i < N * H; i++) {
+            assert_true(isfinite(layer_out[(int64_t)L * N * H + i]));
+            ss += (double)layer_out[(int64_t)L * N * H + i] * layer_out[(int64_t)L * N * H + i];
+        }
+        if (L == 0) first_rms = sqrt(ss / (double)(N * H));
+        if (L == 39) last_rms = sqrt(ss / (double)(N * H));
+    }
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < N * nl; i++) {
+        assert_true(isfinite(logits[i]));
+        s1 += logits[i], s2 += (double)logits[i] * logits[i];
+    }
+    double mean = s1 / (double)(N * nl), sd = sqrt(s2 / (double)(N * nl) - mean * mean);
+    printf("40 layers: residual rms %.3f after layer 0, %.3f after layer 39; restricted logits sd %.3f\n", first_rms,
+           last_rms, sd);
+    assert_true(last_rms < 50 * first_rms);
+    assert_true(sd > 0.5 && sd < 8);
+    free(hidden), free(logits), free(layer_out);
+    dr_bb_state_free(st);
+    dr_backbone_release(&bb);
+    dr_loader_free(ld);
+    dr_ckpt_close(ck);
+    dr_config_free(cfg);
+    tu_rm_rf(dir);
+}
+
 static void test_validation(void **state) {
     (void)state;
     drama_error e = {0};
@@ -433,7 +508,7 @@ int main(void) {
         cmocka_unit_test(test_codec_inventory_real), cmocka_unit_test(test_codec_tiny),
         cmocka_unit_test(test_tiny_model_loads),     cmocka_unit_test(test_formats_match_bf16),
         cmocka_unit_test(test_same_seed_same_files), cmocka_unit_test(test_prune_and_fused),
-        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_activations_stay_finite), cmocka_unit_test(test_validation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
