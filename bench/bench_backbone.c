@@ -282,9 +282,7 @@ static size_t build(dr_backbone *bb, const shape *sh, int fmt, arena *a) {
     bb->embed = dense(a, "embed_tokens", sh->vocab, H);
     bb->head = dense(a, "lm_head", sh->vocab, H);
     bb->code_table = dense(a, "codebook_embeddings", (int64_t)sh->codebooks * 4096, H);
-    bb->sem_start = sh->vocab - 4096 - 8;
-    bb->n_sem = 4096;
-    bb->end_id = 3;
+    if (dr_backbone_set_tokens(bb, sh->vocab - 4096 - 8, 4096, 3, NULL)) abort();
     step_bytes += (size_t)(bb->n_sem + 1) * bb->head.row_bytes + (size_t)(sh->codebooks + 1) * bb->embed.row_bytes;
     return step_bytes;
 }

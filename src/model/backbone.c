@@ -54,9 +54,9 @@ static void embed_row(const dr_backbone *bb, const int32_t *row, float *x, float
 static void restricted_logits(const dr_backbone *bb, const float *hidden, int64_t n, float *logits, float *tmp,
                               dr_pool *pool) {
     int64_t ns = bb->n_sem, nl = ns + 1;
-    dr_cpu_matmul_rows(&bb->head, bb->sem_start, bb->sem_start + ns, hidden, n, tmp, pool);
+    dr_cpu_matmul_rows(&bb->head, bb->head_sem_row, bb->head_sem_row + ns, hidden, n, tmp, pool);
     for (int64_t i = 0; i < n; i++) memcpy(logits + i * nl, tmp + i * ns, (size_t)ns * sizeof(float));
-    dr_cpu_matmul_rows(&bb->head, bb->end_id, bb->end_id + 1, hidden, n, tmp, pool);
+    dr_cpu_matmul_rows(&bb->head, bb->head_end_row, bb->head_end_row + 1, hidden, n, tmp, pool);
     for (int64_t i = 0; i < n; i++) logits[i * nl + ns] = tmp[i];
 }
 

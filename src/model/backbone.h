@@ -98,6 +98,9 @@ typedef struct dr_backbone {
     float *rope_inv_freq;      /* [rope_dims/2] */
     /* token ids (from the tokenizer; dr_backbone_set_tokens) */
     int64_t sem_start, n_sem, end_id;
+    /* head rows scored: [head_sem_row, + n_sem) and head_end_row. Equal to the token ids, except
+     * for a head already trimmed to n_sem + 1 rows (semantic block, then end: MODEL.md 5.6). */
+    int64_t head_sem_row, head_end_row;
     int has_experts_meta;      /* drama_experts was present */
 } dr_backbone;
 
@@ -111,7 +114,9 @@ drama_status dr_backbone_bind(dr_backbone *bb, dr_loader *ld, drama_error *err);
 void dr_backbone_release(dr_backbone *bb); /* frees what bind allocated; bb itself is the caller's */
 
 /* Semantic block [sem_start, sem_start + n_sem) and the end token (MODEL.md 3.4): decide which
- * rows are audio rows and which head rows the restricted logits use. Checked against vocab. */
+ * rows are audio rows and which head rows the restricted logits use. Checked against vocab. A head
+ * of exactly n_sem + 1 rows (fewer than the embedding's) is taken as already trimmed: rows
+ * 0..n_sem-1 are the semantic tokens and row n_sem the end token. */
 drama_status dr_backbone_set_tokens(dr_backbone *bb, int64_t sem_start, int64_t n_sem, int64_t end_id,
                                     drama_error *err);
 int64_t dr_backbone_n_logits(const dr_backbone *bb); /* n_sem + 1 */

@@ -329,6 +329,7 @@ static drama_status bind_all(dr_backbone *bb, dr_loader *ld, drama_error *err) {
                     ? cfg->tokens.semantic_end - cfg->tokens.semantic_start + 1
                     : cfg->audio.vocab_size;
     bb->end_id = cfg->tokens.n_eos > 0 ? cfg->tokens.eos[0] : -1;
+    if (bb->sem_start >= 0 && bb->end_id >= 0) dr_backbone_set_tokens(bb, bb->sem_start, bb->n_sem, bb->end_id, NULL);
     return DRAMA_OK;
 }
 
@@ -370,14 +371,19 @@ drama_status dr_backbone_set_tokens(dr_backbone *bb, int64_t sem_start, int64_t 
     if (sem_start < 0 || n_sem <= 0 || sem_start + n_sem > vocab)
         return dr_fail(err, DRAMA_EINVAL, "semantic tokens [%lld, %lld) outside the embedding's %lld rows",
                        (long long)sem_start, (long long)(sem_start + n_sem), (long long)vocab);
-    if (end_id < 0 || end_id >= bb->head.rows)
-        return dr_fail(err, DRAMA_EINVAL, "end token id %lld outside the head's %lld rows", (long long)end_id,
-                       (long long)bb->head.rows);
-    if (sem_start + n_sem > bb->head.rows)
-        return dr_fail(err, DRAMA_EINVAL, "semantic tokens exceed the head's %lld rows", (long long)bb->head.rows);
+    if (end_id < 0 || end_id >= vocab)
+        return dr_fail(err, DRAMA_EINVAL, "end token id %lld outside the embedding's %lld rows", (long long)end_id,
+                       (long long)vocab);
+    int trimmed = bb->head.rows == n_sem + 1 && bb->head.rows < vocab;
+    if (!trimmed && (sem_start + n_sem > bb->head.rows || end_id >= bb->head.rows))
+        return dr_fail(err, DRAMA_EINVAL, "lm_head has %lld rows: too few for semantic tokens [%lld, %lld) and end id %lld",
+                       (long long)bb->head.rows, (long long)sem_start, (long long)(sem_start + n_sem),
+                       (long long)end_id);
     bb->sem_start = sem_start;
     bb->n_sem = n_sem;
     bb->end_id = end_id;
+    bb->head_sem_row = trimmed ? 0 : sem_start;
+    bb->head_end_row = trimmed ? n_sem : end_id;
     return DRAMA_OK;
 }
 

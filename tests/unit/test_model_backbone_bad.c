@@ -400,11 +400,65 @@ static void test_router_nonfinite(void **s) {
     tu_rm_rf(dir);
 }
 
+/* A head trimmed to the semantic rows + end row (MODEL.md 5.6) gives the same logits. */
+typedef struct trim_ctx {
+    int64_t S, n_sem, end_id;
+    uint8_t *buf;
+} trim_ctx;
+
+static int edit_trim_head(const char *name, int *ndim, int64_t *shape, const uint8_t **data, size_t *nbytes,
+                          void *vctx) {
+    trim_ctx *c = vctx;
+    if (strcmp(name, "lm_head.weight") != 0) return 1;
+    assert_int_equal(*ndim, 2);
+    size_t rb = (size_t)shape[1] * 2; /* BF16 */
+    c->buf = malloc((size_t)(c->n_sem + 1) * rb);
+    memcpy(c->buf, *data + (size_t)c->S * rb, (size_t)c->n_sem * rb);
+    memcpy(c->buf + (size_t)c->n_sem * rb, *data + (size_t)c->end_id * rb, rb);
+    shape[0] = c->n_sem + 1;
+    *data = c->buf;
+    *nbytes = (size_t)(c->n_sem + 1) * rb;
+    return 1;
+}
+
+static void test_trimmed_head(void **s) {
+    (void)s;
+    opened a;
+    open_dir(&a, tu_model_dir("tiny-drama3"), NULL, 0);
+    trim_ctx c = {a.bb.sem_start, a.bb.n_sem, a.bb.end_id, NULL};
+    const char *dir = tu_tmpdir();
+    rewrite("tiny-drama3", dir, edit_trim_head, &c, NULL, 0, NULL);
+    opened b;
+    open_dir(&b, dir, NULL, 0);
+    assert_int_equal(b.bb.head.rows, c.n_sem + 1);
+    assert_int_equal(b.bb.head_sem_row, 0);
+    assert_int_equal(b.bb.head_end_row, c.n_sem);
+    int64_t nl = dr_backbone_n_logits(&a.bb);
+    float *la = malloc((size_t)nl * 4), *lb = malloc((size_t)nl * 4);
+    drama_error e = {0};
+    dr_bb_state *sa = NULL, *sb = NULL;
+    assert_int_equal(dr_bb_state_create(&a.bb, 4, &sa, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create(&b.bb, 4, &sb, &e), DRAMA_OK);
+    int32_t row[11] = {7};
+    assert_int_equal(dr_backbone_forward(&a.bb, sa, row, 1, NULL, la, NULL, NULL, &e), DRAMA_OK);
+    assert_int_equal(dr_backbone_forward(&b.bb, sb, row, 1, NULL, lb, NULL, NULL, &e), DRAMA_OK);
+    assert_memory_equal(la, lb, (size_t)nl * 4);
+    dr_bb_state_free(sa);
+    dr_bb_state_free(sb);
+    free(la);
+    free(lb);
+    free(c.buf);
+    close_dir(&a);
+    close_dir(&b);
+    tu_rm_rf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_findings_all_at_once), cmocka_unit_test(test_strict_and_unsupported),
         cmocka_unit_test(test_rename),               cmocka_unit_test(test_pruned_meta),
         cmocka_unit_test(test_topk_ties),            cmocka_unit_test(test_router_nonfinite),
+        cmocka_unit_test(test_trimmed_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
