@@ -94,7 +94,8 @@ static void check_e4m3(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         if (!k->control) table_case(res, "decode table (num/formats)", dec, tab, 256);
         /* the kernel's own decoder: a per-tensor FP8 row of every code, scale 1 */
         float one = 1.0f;
-        dr_tensor tw = {.name = "codes", .dtype = DR_DT_F8_E4M3, .ndim = 2, .shape = {1, 256}, .data = codes, .nbytes = 256};
+        dr_tensor tw = {.name = "codes", .dtype = DR_DT_F8_E4M3, .ndim = 2, .shape = {1, 256}, .data = codes,
+                        .nbytes = 256};
         dr_tensor ts = {.name = "codes.weight_scale", .dtype = DR_DT_F32, .ndim = 0, .data = (const uint8_t *)&one,
                         .nbytes = 4};
         dr_weight w;
@@ -222,7 +223,8 @@ static void check_units(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         float *y = malloc((size_t)(n * rows) * sizeof *y), *alt = malloc((size_t)(n * rows) * sizeof *alt);
         float *dqa = malloc((size_t)(rows * cols) * sizeof *dqa);
         double *ref = malloc((size_t)(n * rows) * sizeof *ref), *tol = malloc((size_t)(n * rows) * sizeof *tol);
-        double *zero = calloc((size_t)(rows * cols), sizeof *zero), *dref = malloc((size_t)(rows * cols) * sizeof *dref);
+        double *zero = calloc((size_t)(rows * cols), sizeof *zero);
+        double *dref = malloc((size_t)(rows * cols) * sizeof *dref);
         for (int64_t r = 0; r < rows; r++) {
             dr_cpu_dequant_row_path(&w, r, row, (dr_cpu_path)k->variant);
             memcpy(dqa + r * cols, row, (size_t)cols * sizeof *row);
@@ -274,7 +276,8 @@ int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir) {
                                         "satfinite RNE encode of the probes",
                            .check = check_e4m3, .variant = G_E4M3, .data = k_path};
     out[n++] = (ct_kernel){.name = "format.e2m1", .backend = "cpu",
-                           .precision = "exact: 16-code table via num and the NVFP4 decoder; RNE encode (zero = code 0)",
+                           .precision = "exact: 16-code table via num and the NVFP4 decoder; RNE encode "
+                                        "(zero = code 0)",
                            .check = check_e2m1, .variant = G_E2M1, .data = k_path};
     out[n++] = (ct_kernel){.name = "format.bf16", .backend = "cpu", .precision = "exact: RNE encode of the probes",
                            .check = check_bf16, .variant = G_BF16, .data = k_path};

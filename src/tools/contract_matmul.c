@@ -184,7 +184,8 @@ static double ref_w(const dr_weight *w, int64_t r, int64_t c, double *mag) {
     case DR_WF_BF16: v = d_half(row + 2 * c, DR_DT_BF16); break;
     case DR_WF_FP8_TENSOR: v = d_e4m3(row[c]) * w->global_scale; break;
     case DR_WF_FP8_BLOCK:
-        v = d_e4m3(row[c]) * d_scale(w->scales, w->scale_dtype, (r / w->block_rows) * w->scale_cols + c / w->block_cols);
+        v = d_e4m3(row[c]) *
+            d_scale(w->scales, w->scale_dtype, (r / w->block_rows) * w->scale_cols + c / w->block_cols);
         break;
     case DR_WF_NVFP4: {
         uint8_t b = row[c / 2];
@@ -250,7 +251,8 @@ static void run_control(const dr_weight *w, const float *x, int64_t n, float *y,
             const uint8_t *rb = w->data + (size_t)r * w->row_bytes;
             for (int64_t c = 0; c < K; c++) {
                 uint8_t code = (c % 2) ? (uint8_t)(rb[c / 2] & 15) : (uint8_t)(rb[c / 2] >> 4);
-                row[c] = dr_e2m1_to_f32(code) * dr_ue4m3_to_f32(w->scales[r * w->scale_cols + c / 16]) * w->global_scale;
+                row[c] = dr_e2m1_to_f32(code) * dr_ue4m3_to_f32(w->scales[r * w->scale_cols + c / 16]) *
+                         w->global_scale;
             }
         }
         for (int64_t i = 0; i < n; i++) {

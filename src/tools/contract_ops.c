@@ -63,7 +63,8 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
         hs = ct_h(hs + x[i] * x[i]);
     }
     double r = op == OP_RMS ? 1.0 / sqrt(ss / (double)n + eps) : scale / sqrt(ss + eps);
-    float hr = op == OP_RMS ? (float)(1.0 / sqrt((double)hs / (double)n + eps)) : (float)(scale / sqrt((double)hs + eps));
+    float hr = op == OP_RMS ? (float)(1.0 / sqrt((double)hs / (double)n + eps))
+                            : (float)(scale / sqrt((double)hs + eps));
     for (int64_t i = 0; i < n; i++) {
         ref[i] = (double)x[i] * r * (wp ? wp[i] : 1.0);
         tol[i] = 6 * U * fabs(ref[i]) + TINY;
@@ -105,7 +106,8 @@ static void check_norm(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
 /* ---- softmax ---- */
 
 static void softmax_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int64_t n) {
-    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y), *alt = malloc((size_t)n * sizeof *alt);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    float *alt = malloc((size_t)n * sizeof *alt);
     double *ref = malloc((size_t)n * sizeof *ref), *tol = malloc((size_t)n * sizeof *tol);
     for (int64_t i = 0; i < n; i++) {
         double v = 3 * ct_rand_normal(s);
@@ -281,7 +283,8 @@ static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             int64_t C = 37, c0 = 5, c1 = 30; /* a channel sub-range, as split by the caller's pool */
             int64_t wn = (int64_t)(K > 1 ? K - 1 : 1) * C;
             float *win = malloc((size_t)wn * sizeof *win), *win0 = malloc((size_t)wn * sizeof *win0);
-            float *u = malloc((size_t)C * sizeof *u), *w = malloc((size_t)(C * K) * sizeof *w), *b = malloc((size_t)C * 4);
+            float *u = malloc((size_t)C * sizeof *u), *w = malloc((size_t)(C * K) * sizeof *w);
+            float *b = malloc((size_t)C * sizeof *b);
             float *y = malloc((size_t)C * sizeof *y), *alt = malloc((size_t)C * sizeof *alt);
             int64_t no = C + wn;
             float *outs = malloc((size_t)no * sizeof *outs);
@@ -305,7 +308,9 @@ static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
                 tol[c] = (K + 2) * U * m + TINY;
                 alt[c] = inside ? h : NAN;
                 for (int j = 0; j < K - 1; j++) { /* shifted window; channels outside unchanged */
-                    double nv = !inside ? win0[(int64_t)j * C + c] : j + 1 < K - 1 ? win0[(int64_t)(j + 1) * C + c] : u[c];
+                    double nv = !inside      ? win0[(int64_t)j * C + c]
+                                : j + 1 < K - 1 ? win0[(int64_t)(j + 1) * C + c]
+                                                : u[c];
                     ref[C + (int64_t)j * C + c] = nv;
                     tol[C + (int64_t)j * C + c] = TINY;
                 }

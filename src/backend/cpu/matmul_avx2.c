@@ -232,8 +232,8 @@ TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const floa
 
 /* n = 1 without the row buffer: decode 32 weights into registers and feed the FMAs directly.
  * Same decoded values and the same canonical order as dequant_row + dot_rows, so the same bits.
- * Handles BF16, FP8 (per-tensor, or blocks whose width is a multiple of 32) without NaN codes and
- * with |scale| < 2^7, NVFP4 and affine; returns 0 (nothing written) for anything else. */
+ * Handles F32, F16, BF16, NVFP4, affine, and FP8 (per-tensor, or blocks whose width is a multiple
+ * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
 TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
@@ -255,6 +255,32 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
             uint16_t h;
             memcpy(&h, row + 2 * k, 2);
             t = fmaf(x[k], dr_bf16_to_f32(h), t);
+        }
+        *y = t;
+        return 1;
+    }
+    if (w->fmt == DR_WF_F16 || w->fmt == DR_WF_F32) {
+        int half = w->fmt == DR_WF_F16;
+        for (int64_t k = 0; k < body; k += 32) {
+#define D8(j) (half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * (k + 8 * (j))))) \
+                    : _mm256_loadu_ps((const float *)(const void *)(row + 4 * (k + 8 * (j)))))
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), D8(0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), D8(1), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), D8(2), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), D8(3), a3);
+#undef D8
+        }
+        t = hsum_canonical(a0, a1, a2, a3);
+        for (int64_t k = body; k < cols; k++) {
+            float v;
+            if (half) {
+                uint16_t h;
+                memcpy(&h, row + 2 * k, 2);
+                v = dr_f16_to_f32(h);
+            } else {
+                memcpy(&v, row + 4 * k, 4);
+            }
+            t = fmaf(x[k], v, t);
         }
         *y = t;
         return 1;
@@ -323,7 +349,8 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     for (int64_t c0 = 0; c0 < body; c0 += bc) {
         int64_t bi = c0 / bc;
         if (per_tensor) sv[0] = w->global_scale;
-        else if ((bi & 63) == 0) load_scales(w->scales, w->scale_dtype, sbase + bi, nsc - bi < 64 ? (int)(nsc - bi) : 64, sv);
+        else if ((bi & 63) == 0)
+            load_scales(w->scales, w->scale_dtype, sbase + bi, nsc - bi < 64 ? (int)(nsc - bi) : 64, sv);
         __m256 vs = _mm256_set1_ps(sv[per_tensor ? 0 : bi & 63] * 0x1p120f);
         int64_t c1 = c0 + bc < body ? c0 + bc : body;
         for (int64_t k = c0; k < c1; k += 32) {
