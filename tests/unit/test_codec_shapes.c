@@ -135,6 +135,21 @@ static void test_other_shapes(void **state) {
     assert_int_equal(dr_codec_encode(codec, ya, 8 * FL + 5, &c2, &T2, NULL, NULL, &e), DRAMA_OK);
     assert_memory_equal(c1, c2, sizeof(int32_t) * T1 * K);
     assert_int_equal(dr_codec_check_codes(lc, c1, T1, "encoded", &e), DRAMA_OK);
+    /* sample arithmetic (CODEC.md 5): T = ceil(N / frame_length); the prefix of a clip encodes the
+     * complete frames identically (only the zero-padded last frame depends on later audio) */
+    static const int64_t ns[][2] = {{1, 1}, {95, 1}, {96, 1}, {97, 2}, {3 * 96, 3}};
+    for (int i = 0; i < 5; i++) {
+        int32_t *cc = NULL;
+        int64_t TT;
+        assert_int_equal(dr_codec_encode(codec, ya, ns[i][0], &cc, &TT, NULL, NULL, &e), DRAMA_OK);
+        assert_int_equal(TT, ns[i][1]);
+        if (ns[i][0] % FL == 0) assert_memory_equal(cc, c1, sizeof(int32_t) * TT * K);
+        free(cc);
+    }
+    free(c2);
+    assert_int_equal(dr_codec_encode(codec, ya, 0, &c2, &T2, NULL, NULL, &e), DRAMA_EEMPTY);
+    ya[3] = NAN;
+    assert_int_equal(dr_codec_encode(codec, ya, 10, &c2, &T2, NULL, NULL, &e), DRAMA_ENUMERIC);
     /* out-of-range codes: rejected by the check, clamped by the decoder */
     a[1] = 45;
     assert_int_equal(dr_codec_check_codes(lc, a, T, "a", &e), DRAMA_EINVAL);
