@@ -255,6 +255,8 @@ drama_status dr_weight_bind_ex(const dr_tensor *w, const dr_tensor *scale, const
                                tname(w), (long long)stored_cols, (long long)sc);
             }
         }
+        /* exact products, so a truncated quotient can never pass for a valid bits/group pair */
+        if ((int64_t)group * sc != cols || (int64_t)bits * cols != 32 * stored_cols) bits = group = 0;
         if ((bits != 4 && bits != 8) || (group != 32 && group != 64 && group != 128))
             return dr_fail(err, DRAMA_EUNSUPPORTED, "%s: unsupported affine quantisation bits=%d group=%d (in=%lld)",
                            tname(w), bits, group, (long long)cols);

@@ -97,6 +97,8 @@ static void test_bind_errors(void **state) {
     assert_int_equal(w.bits, 8);
     assert_int_equal(w.group, 32);
     expect_fail(dr_weight_bind_ex(&aw, &as, NULL, &ab, -1, 0, 0, 256, &w, &e), &e, DRAMA_EUNSUPPORTED, "bits=2");
+    /* a width whose quotient by the group count truncates must not pass (in 129, 2 groups) */
+    expect_fail(dr_weight_bind_ex(&aw, &as, NULL, &ab, -1, 0, 0, 129, &w, &e), &e, DRAMA_EUNSUPPORTED, "a.weight");
     dr_tensor as5 = T("a.scales", DR_DT_BF16, 2, 4, 5, 0, sbuf), ab5 = T("a.biases", DR_DT_BF16, 2, 4, 5, 0, bbuf);
     expect_fail(dr_weight_bind(&aw, &as5, NULL, &ab5, -1, 0, 0, &w, &e), &e, DRAMA_EUNSUPPORTED, "a.weight");
     dr_tensor abf = T("a.biases", DR_DT_F16, 2, 4, 2, 0, bbuf);
