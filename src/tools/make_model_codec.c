@@ -139,7 +139,7 @@ static void codec_affine(const char *name, int64_t fan_in, int is_last_conv, dou
     else if (ends_with(name, "norm.weight")) *a = 1.0, *b = 0.05;
     else if (ends_with(name, ".bias")) *b = 0.01;
     else if (ends_with(name, "original0") || ends_with(name, "weight_g")) { /* weight-norm g: row norms */
-        double k = is_last_conv ? 0.1 : 1.0;                                /* last conv: keep tanh unsaturated */
+        double k = is_last_conv ? 0.01 : 1.0;                                /* last conv: keep tanh unsaturated */
         *a = k, *b = 0.1 * k;
     } else if (ends_with(name, "codebook.weight")) *b = 1.0;
     else {
