@@ -84,6 +84,20 @@ static void check_dequant(const char *fmt, dr_wfmt want) {
                 if (dr_f32_bits(row[c]) != g) mism++;
             }
         }
+        /* a row view (FP8: from the second block row; others: from row 1) dequantises the same rows */
+        int64_t r0 = w.fmt == DR_WF_FP8_BLOCK ? (w.rows > w.block_rows ? w.block_rows : 0) : 1;
+        dr_weight v;
+        drama_error verr = {0};
+        assert_int_equal(dr_weight_rows(&w, r0, w.rows, &v, &verr), DRAMA_OK);
+        float *row2 = malloc((size_t)w.cols * sizeof *row2);
+        for (int64_t r = r0; r < w.rows; r++) {
+            dr_weight_dequant_row(&w, r, row);
+            dr_weight_dequant_row(&v, r - r0, row2);
+            assert_memory_equal(row, row2, (size_t)w.cols * sizeof *row);
+        }
+        free(row2);
+        if (w.fmt == DR_WF_FP8_BLOCK && w.rows > w.block_rows)
+            assert_int_not_equal(dr_weight_rows(&w, 1, w.rows, &v, &verr), DRAMA_OK); /* mid-block */
         printf("%s: [%lld, %lld] %s bits=%d group=%d: %lld of %lld dequantised values differ (bit-exact)\n", units[k],
                (long long)w.rows, (long long)w.cols, dr_dtype_name(w.scale_dtype), w.bits, w.group, (long long)mism,
                (long long)(w.rows * w.cols));
