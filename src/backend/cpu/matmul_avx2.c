@@ -27,7 +27,8 @@ TGT static inline __m256i load8_i8(const uint8_t *p) { /* sign-extended */
 }
 
 /* E4M3 bits placed into the fp32 exponent/mantissa field and scaled by 2^(127-7): exact for
- * normals and subnormals alike; 0x7F/0xFF become NaN as in the table. */
+ * normals and subnormals alike; 0x7F/0xFF become NaN as in the table. (E4M3 subnormal codes pass
+ * through an fp32 denormal here: a process running with denormals-are-zero set would lose them.) */
 TGT static inline __m256 e4m3x8(__m256i b) {
     __m256i em = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
     __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
