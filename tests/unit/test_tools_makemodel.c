@@ -253,6 +253,26 @@ static void test_tiny_model_loads(void **state) {
     /* the codec loads through the codec engine */
     dr_codec *codec = NULL;
     OK(dr_codec_open(dir, DR_CODEC_LOAD_ALL, &codec, &e));
+    /* decoding random codes gives audio that is neither silent nor clipped by the final tanh */
+    const dr_codec_config *cc = dr_codec_cfg(codec);
+    enum { F = 8 };
+    int32_t codes[F * DR_CODEC_MAX_BOOKS];
+    for (int f = 0; f < F; f++)
+        for (int k = 0; k < cc->num_codebooks; k++)
+            codes[f * cc->num_codebooks + k] = (int32_t)((37 * f + 11 * k + 5) % (k ? cc->codebook_size : cc->semantic_codebook_size));
+    int64_t ns = (int64_t)F * cc->frame_length;
+    float *wav = malloc((size_t)ns * sizeof *wav);
+    assert_non_null(wav);
+    OK(dr_codec_decode(codec, codes, F, wav, &e));
+    double ss = 0, peak = 0;
+    for (int64_t i = 0; i < ns; i++) {
+        assert_true(isfinite(wav[i]));
+        ss += (double)wav[i] * wav[i];
+        peak = fmax(peak, fabs(wav[i]));
+    }
+    printf("codec decode of %d random frames: rms %.4f, peak %.4f\n", F, sqrt(ss / (double)ns), peak);
+    assert_true(sqrt(ss / (double)ns) > 0.01 && peak < 0.99);
+    free(wav);
     dr_codec_free(codec);
     tu_rm_rf(dir);
 }
