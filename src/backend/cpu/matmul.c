@@ -68,7 +68,7 @@ void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_p
         dr_weight_dequant_row(w, r, out);
 }
 
-/* Batched products (n > 1, prefill) take weight rows in blocks of MM_ROWS: the block is
+/* Batched products (n > 1, prefill) take weight rows in blocks of up to MM_ROWS: the block is
  * dequantised once into the worker's scratch, then activation rows are visited in tiles of
  * MM_XTILE so a tile and the block stay in L2 while every pair meets. Each y element is still one
  * canonical dot product, so the tiling changes speed only, never bits. */
@@ -131,8 +131,11 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     int threads = pool ? dr_pool_threads(pool) : 1;
     if (threads < 1) threads = 1;
     mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .path = resolve(path)};
-    j.rows_per_task = n == 1 ? 1 : MM_ROWS;
     j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each row on its own cache lines */
+    /* at most 64 KiB of rows per worker: stays in L2 and below malloc's mmap threshold, which
+     * matters when callers (the MoE) issue many small products */
+    j.rows_per_task = n == 1 ? 1 : (int)(16384 / j.ld_scratch > MM_ROWS ? MM_ROWS : 16384 / j.ld_scratch);
+    if (j.rows_per_task < 1) j.rows_per_task = 1;
     size_t bytes;
     if (r0 < 0 || r1 > w->rows || w->cols <= 0 ||
         !dr_mul_size((size_t)threads * (size_t)j.rows_per_task * 4, (size_t)j.ld_scratch, &bytes) ||
