@@ -125,8 +125,7 @@ static int filter(int m, const dr_draw_spec *spec, dr_sample_ws *ws) {
         if (by_p < kept) kept = by_p;
     }
     /* temperature after filtering (S2-Pro order); the survivors' maximum is rank 0 */
-    float inv_t = 1.0f / spec->temperature;
-    for (int r = 0; r < kept; r++) ws->q[r] = (double)expf((it[r].logit - it[0].logit) * inv_t);
+    for (int r = 0; r < kept; r++) ws->q[r] = (double)expf((it[r].logit - it[0].logit) / spec->temperature);
     return kept;
 }
 
