@@ -194,6 +194,14 @@ static drama_status bind_moe(dr_loader *ld, const char *P, int L, const dr_bb_di
     m->fused_layout = !per_expert;
     char nm[512], dn[512];
     if (per_expert) {
+        /* MODEL.md 4.3: both layouts in one layer is a load error */
+        const char *fused_names[4] = {"gate_up_proj", "gate_up_proj.weight", "down_proj", "down_proj.weight"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(nm, sizeof nm, "%slayers.%d.mlp.experts.%s", P, L, fused_names[i]);
+            if (dr_loader_take(ld, nm))
+                dr_findings_add(dr_loader_findings(ld), DR_FIND_UNSUPPORTED, nm,
+                                "fused expert tensor in a layer that also has per-expert tensors");
+        }
         for (int k = 0; k < m->n_kept; k++) {
             int e = m->kept[k];
             dr_bb_expert *x = &m->experts[k];

@@ -164,9 +164,10 @@ static int edit_broken(const char *name, int *ndim, int64_t *shape, const uint8_
 static void test_findings_all_at_once(void **s) {
     (void)s;
     const char *dir = tu_tmpdir();
-    extra ex[2] = {{"model.language_model.layers.0.mlp.gate.bias", DR_DT_F32, 1, {16}, 64},
+    extra ex[3] = {{"model.language_model.layers.0.mlp.gate.bias", DR_DT_F32, 1, {16}, 64},
+                   {"model.language_model.layers.6.mlp.experts.down_proj", DR_DT_BF16, 3, {16, 64, 64}, 16 * 64 * 64 * 2},
                    {"model.language_model.layers.4.mlp.experts.99.gate_proj.scales", DR_DT_BF16, 2, {64, 1}, 128}};
-    rewrite("variants/fp8-block", dir, edit_broken, NULL, ex, 2, NULL);
+    rewrite("variants/fp8-block", dir, edit_broken, NULL, ex, 3, NULL);
     opened o;
     open_dir(&o, dir, NULL, 0);
     assert_int_equal(o.bind_status, DRAMA_OK);
@@ -181,7 +182,8 @@ static void test_findings_all_at_once(void **s) {
                             "expected [64, 64], found [64, 32]"));
     assert_true(has_finding(f, DR_FIND_UNEXPECTED, "layers.0.mlp.gate.bias", NULL));
     assert_true(has_finding(f, DR_FIND_INCOMPLETE, "experts.99.gate_proj.scales", "without its weight"));
-    assert_true(dr_findings_fatal(f, 0) >= 5);
+    assert_true(has_finding(f, DR_FIND_UNSUPPORTED, "layers.6.mlp.experts.down_proj", "per-expert"));
+    assert_true(dr_findings_fatal(f, 0) >= 6);
     drama_error e = {0};
     assert_int_not_equal(dr_findings_check(f, 0, &e), DRAMA_OK);
     assert_non_null(strstr(e.message, "load finding"));
