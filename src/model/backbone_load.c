@@ -305,7 +305,22 @@ static drama_status bind_all(dr_backbone *bb, dr_loader *ld, drama_error *err) {
     if (d->in_codebooks > 0) {
         const char *ct = cfg->sw.input_code_table;
         const dr_tensor *t = dr_loader_peek(ld, ct);
-        if (t && t->ndim == 2 && t->shape[1] != d->H) {
+        if (!t) {
+            /* MODEL.md 6: name the tensors that look like the table (k*V rows of width H) */
+            char cands[600] = "";
+            size_t cl = 0;
+            for (int64_t i = 0; i < dr_loader_count(ld) && cl < sizeof cands - 1; i++) {
+                const dr_tensor *x = dr_loader_tensor_at(ld, i);
+                const char *xn = dr_loader_name_at(ld, i);
+                if (x->ndim != 2 || x->shape[1] != d->H || d->code_stride <= 0 || x->shape[0] % d->code_stride != 0 ||
+                    strstr(xn, "lm_head") || strstr(xn, "embed_tokens"))
+                    continue;
+                cl += (size_t)snprintf(cands + cl, sizeof cands - cl, "%s%s [%lld, %lld]", cl ? ", " : "", xn,
+                                       (long long)x->shape[0], (long long)x->shape[1]);
+            }
+            dr_findings_add(f, DR_FIND_MISSING, ct, "switch input.code_table; candidates with k*%lld rows of width %lld: %s",
+                            (long long)d->code_stride, (long long)d->H, cl ? cands : "none");
+        } else if (t->ndim == 2 && t->shape[1] != d->H) {
             dr_loader_take(ld, ct);
             dr_findings_add(f, DR_FIND_MISSHAPED, ct, "width %lld differs from hidden_size %lld",
                             (long long)t->shape[1], (long long)d->H);

@@ -235,9 +235,16 @@ static void test_rename(void **s) {
     open_dir(&c, dir, bad, 1);
     assert_int_equal(c.bind_status, DRAMA_OK);
     assert_true(has_finding(dr_loader_findings(c.ld), DR_FIND_MISSING, "nope.embed_tokens.weight", NULL));
+    /* a code table name that does not exist: missing, with the look-alike tensors named */
+    const char *ct[] = {"input.code_table=no.such.table"};
+    opened d;
+    open_dir(&d, dir, ct, 1);
+    assert_true(has_finding(dr_loader_findings(d.ld), DR_FIND_MISSING, "no.such.table",
+                            "audio_decoder.codebook_embeddings.weight"));
     close_dir(&a);
     close_dir(&b);
     close_dir(&c);
+    close_dir(&d);
 }
 
 /* ---- pruned metadata: object and string forms agree; bad sets fail naming the layer ---- */
