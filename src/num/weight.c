@@ -56,8 +56,8 @@ static drama_status take_part(const dr_tensor *t, const char *role, int64_t slic
                        t->nbytes, (long long)numel, el);
     int lead = slice >= 0 ? 1 : 0;
     int ok_rank = t->ndim == want_ndim + lead;
-    /* a per-tensor scalar is sometimes stored as [1] instead of [] */
-    int scalar_as_1 = want_ndim == 0 && !lead && t->ndim == 1 && t->shape[0] == 1;
+    /* a per-tensor scalar is sometimes stored as [1] instead of [] ([E, 1] instead of [E] fused) */
+    int scalar_as_1 = want_ndim == 0 && t->ndim == lead + 1 && t->shape[lead] == 1;
     if (!ok_rank && !scalar_as_1)
         return dr_fail(err, DRAMA_ESHAPE, "%s: %s has rank %d, expected %d%s", tname(t), role, t->ndim,
                        want_ndim + lead, lead ? " (fused experts: leading expert dimension)" : "");
@@ -158,7 +158,7 @@ drama_status dr_weight_bind_ex(const dr_tensor *w, const dr_tensor *scale, const
         cols = stored_cols;
         out->row_bytes = (size_t)cols;
         int lead = slice >= 0;
-        int scalar = scale->ndim == lead || (!lead && scale->ndim == 1 && scale->shape[0] == 1);
+        int scalar = scale->ndim == lead || (scale->ndim == lead + 1 && scale->shape[lead] == 1);
         if (scalar) {
             out->fmt = DR_WF_FP8_TENSOR;
             TRY(bind_scalar(scale, "weight_scale", slice, experts, &out->global_scale, err));

@@ -164,6 +164,12 @@ static void test_fused_slices_and_rows(void **state) {
             }
         }
     }
+    /* [E, 1] is accepted as a per-expert scalar too */
+    dr_tensor st21 = T("x.experts.down_proj_scale", DR_DT_F32, 2, 2, 1, 0, (const uint8_t *)s2);
+    dr_weight a1;
+    assert_int_equal(dr_weight_bind(&f8, &st21, NULL, NULL, 1, 0, 0, &a1, &e), DRAMA_OK);
+    assert_int_equal(a1.fmt, DR_WF_FP8_TENSOR);
+    assert_true(a1.global_scale == 2.0f);
     dr_tensor stbad = T("x.experts.down_proj_scale", DR_DT_F32, 1, 3, 0, 0, (const uint8_t *)s2);
     stbad.nbytes = 8;
     dr_weight a;
