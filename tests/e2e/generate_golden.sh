@@ -51,6 +51,18 @@ grep -q "frame limit reached" "$T/cap.err" || bad "frame cap: message: $(cat "$T
 ls "$T" | grep -q 'cap.json' && bad "frame cap: a temporary file was left"
 echo "frame cap: exit $rc, nothing written"
 
+# SIGINT: exit 130, nothing written (the signal lands during loading, prefill or the loop;
+# every case ends the same way)
+"${G[@]}" --rows "$T/rows-noref.json" --frames 5000 --seed 1 --codes-out "$T/int.json" 2> "$T/int.err" &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || bad "SIGINT: exit $rc, expected 130: $(tail -2 "$T/int.err")"
+ls "$T" | grep -q '^int.json' && bad "SIGINT: a file was written"
+echo "SIGINT: exit $rc, nothing written"
+
 # bad parameters name the parameter
 for p in "--temperature 2.5:temperature" "--top-p 0:top_p" "--cfg-gamma nan:cfg_gamma" "--acoustic-top-k 2000:acoustic_top_k" \
          "--ras-window 65:ras_window"; do
