@@ -53,9 +53,12 @@ echo "frame cap: exit $rc, nothing written"
 
 # SIGINT: exit 130, nothing written (the signal lands during loading, prefill or the loop;
 # every case ends the same way)
+# (job control on: a background job of a script would otherwise start with SIGINT ignored)
+set -m
 "${G[@]}" --rows "$T/rows-noref.json" --frames 5000 --seed 1 --codes-out "$T/int.json" 2> "$T/int.err" &
 pid=$!
-sleep 1
+set +m
+sleep 0.2
 kill -INT $pid
 wait $pid
 rc=$?
