@@ -46,7 +46,12 @@ float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk) 
  * steps are vectorised across time (4 outputs x 8 steps in registers); the remaining steps are
  * vectorised across the OB outputs instead: each lane still runs the same sum in the same
  * order, so a value never depends on which path computed it (no FP contraction:
- * -ffp-contract=off). */
+ * -ffp-contract=off). On x86-64 GCC also builds an AVX2 clone, picked once per process at load
+ * time (ifunc), so generic builds use 8-wide registers where the CPU has them; a process always
+ * runs the same clone, so its results stay bit-identical for any chunking. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__AVX2__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void conv_block_s1(const conv_job *j, int ob, int64_t t0, int64_t nt) {
     int cin = j->cin, K = j->k, d = j->dil, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
     const float *wb = j->w + (int64_t)ob * cin * K * OB;
