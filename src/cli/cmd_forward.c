@@ -6,8 +6,12 @@
  *   hidden  F32 [rows, H]          final-normed hidden
  *   logits  F32 [rows, n_sem + 1]  restricted logits: semantic 0..n_sem-1, then the end token
  * and with --trace also embeds F32 [rows, H] and layer_out F32 [layers, rows, H] (residual
- * stream after each layer). Token ids come from tokenizer.json (MODEL.md 3.4). This interface is
+ * stream after each layer). --nll prints the teacher-forced semantic negative log-likelihood of
+ * every audio row under the previous row's restricted logits (MODEL.md 11 step 2: low and flat on a
+ * real reference clip when the switches are right) and dumps it as nll F32 [rows] (row r: the NLL
+ * of row r+1's semantic token; -1 where row r+1 is not an audio row). Token ids come from tokenizer.json (MODEL.md 3.4). This interface is
  * what reference dumps are compared with; keep it stable. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +30,11 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: drama forward --model DIR --rows ROWS.json --dump OUT.safetensors [--threads N]\n"
-               "                     [--set name=value]... [--trace]\n\n"
+               "                     [--set name=value]... [--trace] [--nll]\n\n"
                "Runs the backbone over ROWS.json (first \"prefill\" rows in one call, then one decode step\n"
                "per row) and writes hidden [rows, H] and logits [rows, n_semantic + 1] (end token last).\n"
-               "--trace adds embeds [rows, H] and layer_out [layers, rows, H].\n");
+               "--trace adds embeds [rows, H] and layer_out [layers, rows, H].\n"
+               "--nll prints the semantic NLL of each audio row given the previous row and dumps nll [rows].\n");
 }
 
 typedef struct fwd {
@@ -80,8 +85,38 @@ static drama_status fwd_open(fwd *f, const char *dir, const char *const *sets, i
     return dr_backbone_set_tokens(&f->bb, ids.semantic_start, ids.n_semantic, end_id, err);
 }
 
+/* nll[r] = -log softmax(logits[r])[next semantic index] for audio rows r+1, else -1. Returns the count. */
+static int64_t semantic_nll(const fwd *f, const dr_rows *rows, const float *logits, float *nll, double *mean,
+                            double *worst, int64_t *worst_row) {
+    int64_t n = rows->n_rows, nl = dr_backbone_n_logits(&f->bb), cnt = 0;
+    double sum = 0;
+    *worst = 0;
+    *worst_row = -1;
+    for (int64_t r = 0; r < n; r++) {
+        nll[r] = -1.0f;
+        if (r + 1 >= n) continue;
+        int64_t t = rows->data[(r + 1) * rows->n_cols] - f->bb.sem_start;
+        if (t < 0 || t >= f->bb.n_sem) continue;
+        const float *l = logits + r * nl;
+        double mx = -INFINITY, se = 0;
+        for (int64_t j = 0; j < nl; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int64_t j = 0; j < nl; j++) se += exp((double)l[j] - mx);
+        double v = mx + log(se) - (double)l[t];
+        nll[r] = (float)v;
+        sum += v;
+        cnt++;
+        if (v > *worst) {
+            *worst = v;
+            *worst_row = r + 1;
+        }
+    }
+    *mean = cnt ? sum / (double)cnt : 0.0;
+    return cnt;
+}
+
 static drama_status write_dump(const char *path, const fwd *f, int64_t rows, int64_t prefill, const float *hidden,
-                               const float *logits, const float *embeds, const float *layer_out, drama_error *err) {
+                               const float *logits, const float *embeds, const float *layer_out, const float *nll,
+                               drama_error *err) {
     int64_t H = f->bb.d.H, nl = dr_backbone_n_logits(&f->bb), L = f->bb.d.n_layers;
     dr_st_writer *w = NULL;
     drama_status st = dr_st_writer_create(path, &w, err);
@@ -99,10 +134,12 @@ static drama_status write_dump(const char *path, const fwd *f, int64_t rows, int
     if (!st) st = dr_st_writer_declare(w, "logits", DR_DT_F32, 2, shl, err);
     if (!st && embeds) st = dr_st_writer_declare(w, "embeds", DR_DT_F32, 2, sh, err);
     if (!st && layer_out) st = dr_st_writer_declare(w, "layer_out", DR_DT_F32, 3, sht, err);
+    if (!st && nll) st = dr_st_writer_declare(w, "nll", DR_DT_F32, 1, sh, err);
     if (!st) st = dr_st_writer_write(w, hidden, (size_t)(rows * H) * sizeof(float), err);
     if (!st) st = dr_st_writer_write(w, logits, (size_t)(rows * nl) * sizeof(float), err);
     if (!st && embeds) st = dr_st_writer_write(w, embeds, (size_t)(rows * H) * sizeof(float), err);
     if (!st && layer_out) st = dr_st_writer_write(w, layer_out, (size_t)(L * rows * H) * sizeof(float), err);
+    if (!st && nll) st = dr_st_writer_write(w, nll, (size_t)rows * sizeof(float), err);
     if (st) {
         dr_st_writer_abort(w);
         return st;
@@ -112,7 +149,7 @@ static drama_status write_dump(const char *path, const fwd *f, int64_t rows, int
 
 int cmd_forward(int argc, char **argv) {
     const char *dir = NULL, *rows_path = NULL, *dump = NULL;
-    int threads = 0, trace = 0, n_sets = 0;
+    int threads = 0, trace = 0, n_sets = 0, want_nll = 0;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     if (!sets) return DR_EXIT_ERROR;
     for (int i = 1; i < argc; i++) {
@@ -127,6 +164,7 @@ int cmd_forward(int argc, char **argv) {
         else if (!strcmp(a, "--dump") && has) dump = argv[++i];
         else if (!strcmp(a, "--set") && has) sets[n_sets++] = argv[++i];
         else if (!strcmp(a, "--trace")) trace = 1;
+        else if (!strcmp(a, "--nll")) want_nll = 1;
         else if (!strcmp(a, "--threads") && has) {
             char *end;
             long t = strtol(argv[++i], &end, 10);
@@ -153,7 +191,7 @@ int cmd_forward(int argc, char **argv) {
     dr_rows rows = {0};
     dr_pool *pool = NULL;
     dr_bb_state *st = NULL;
-    float *hidden = NULL, *logits = NULL, *embeds = NULL, *layer_out = NULL, *step_layers = NULL;
+    float *hidden = NULL, *logits = NULL, *embeds = NULL, *layer_out = NULL, *step_layers = NULL, *nll = NULL;
     int rc = DR_EXIT_ERROR;
     if (fwd_open(&f, dir, sets, n_sets, &err)) {
         dr_error_prefix(&err, "%s: ", dir);
@@ -192,7 +230,20 @@ int cmd_forward(int argc, char **argv) {
                 memcpy(layer_out + (l * n + r0) * H, step_layers + l * m * H, (size_t)(m * H) * sizeof(float));
         r0 += m;
     }
-    if (write_dump(dump, &f, n, K, hidden, logits, embeds, layer_out, &err)) goto out;
+    if (want_nll) {
+        nll = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+        if (!nll) {
+            dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+            goto out;
+        }
+        double mean, worst;
+        int64_t worst_row;
+        int64_t cnt = semantic_nll(&f, &rows, logits, nll, &mean, &worst, &worst_row);
+        printf("semantic NLL over %lld audio rows: mean %.4f nats", (long long)cnt, mean);
+        if (cnt) printf(", max %.4f at row %lld", worst, (long long)worst_row);
+        printf("\n");
+    }
+    if (write_dump(dump, &f, n, K, hidden, logits, embeds, layer_out, nll, &err)) goto out;
     rc = DR_EXIT_OK;
 out:
     if (rc != DR_EXIT_OK) fprintf(stderr, "drama forward: %s\n", err.message);
@@ -201,6 +252,7 @@ out:
     dr_free(embeds);
     dr_free(layer_out);
     dr_free(step_layers);
+    free(nll);
     dr_bb_state_free(st);
     dr_pool_free(pool);
     dr_rows_free(&rows);

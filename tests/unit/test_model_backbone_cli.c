@@ -103,6 +103,51 @@ static void one(const char *model, const char *golden_rel, const char *tag) {
     tu_rm_rf(dir);
 }
 
+/* --nll: row r holds -log softmax(logits[r])[next semantic index], -1 where row r+1 is not audio. */
+static void test_forward_nll(void **s) {
+    (void)s;
+    if (!bin()) return;
+    char dir[4096], rows[4200], out[4200], cmd[16384];
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir());
+    snprintf(rows, sizeof rows, "%s/rows.json", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    int64_t np;
+    int width;
+    int64_t n = write_rows(tu_golden("ref/backbone.safetensors"), rows, &np, &width);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' --nll >/dev/null", bin(),
+             tu_model_dir("tiny-drama3"), rows, out);
+    assert_int_equal(run_cmd(cmd), 0);
+    int64_t nn, nlg, nr;
+    float *nll = tu_load_f32(out, "nll", &nn);
+    float *logits = tu_load_f32(out, "logits", &nlg);
+    int32_t *in = tu_load_i32(tu_golden("ref/backbone.safetensors"), "prefill.rows", &nr);
+    int32_t *dec = tu_load_i32(tu_golden("ref/backbone.safetensors"), "decode.rows", NULL);
+    assert_int_equal(nn, n);
+    int64_t nl = nlg / n, audio = 0;
+    dr_st_file *df = NULL;
+    assert_int_equal(dr_st_open(out, &df, NULL), DRAMA_OK);
+    int64_t S = atoll(dr_st_metadata(df, "semantic_start"));
+    dr_st_close(df);
+    for (int64_t r = 0; r + 1 < n; r++) {
+        const int32_t *next = r + 1 < np ? in + (r + 1) * width : dec + (r + 1 - np) * width;
+        int64_t t = next[0] - S;
+        if (t < 0 || t >= nl - 1) {
+            assert_true(nll[r] == -1.0f);
+            continue;
+        }
+        double mx = -1e300, se = 0;
+        for (int64_t j = 0; j < nl; j++) mx = logits[r * nl + j] > mx ? logits[r * nl + j] : mx;
+        for (int64_t j = 0; j < nl; j++) se += exp(logits[r * nl + j] - mx);
+        double want = mx + log(se) - logits[r * nl + t];
+        assert_true(fabs(nll[r] - want) < 1e-4);
+        audio++;
+    }
+    assert_true(audio > 0);
+    assert_true(nll[n - 1] == -1.0f);
+    free(nll); free(logits); free(in); free(dec);
+    tu_rm_rf(dir);
+}
+
 static void test_forward_golden(void **s) {
     (void)s;
     if (!bin()) {
@@ -242,6 +287,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_golden),
         cmocka_unit_test(test_forward_errors),
+        cmocka_unit_test(test_forward_nll),
         cmocka_unit_test(test_other_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
