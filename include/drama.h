@@ -101,6 +101,8 @@ typedef struct drama_request {
     int stream;              /* 1: audio delivered chunk by chunk while generating */
     int stream_chunk_frames; /* frames per streamed chunk; 0 = small first chunk, then larger */
     int chunk_tokens;        /* text tokens per batch of long text; 0 = default (64) */
+    int context;             /* rows of context before the oldest batches are dropped from the
+                                history of a long text (TEXT.md 4.6); 0 = default (8192) */
 } drama_request;
 
 void drama_request_default(drama_request *req);

@@ -96,6 +96,7 @@ static void usage(FILE *f) {
             "  --frames N                generate exactly N frames (finish reason 'frames')\n"
             "  --frames-per-batch N      exactly N frames per text batch (long text on test models)\n"
             "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
+            "  --context N               context rows before old batches leave the history (8192)\n"
             "  --threads N               worker threads (default: all CPUs)\n"
             "  --stream                  write audio while generating\n"
             "  --stream-chunk-frames N   frames per streamed chunk (default: small first, then larger)\n"
@@ -233,6 +234,8 @@ static int parse_args(int argc, char **argv, synth_args *a) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.frames))) return rc;
         } else if (!strcmp(name, "--frames-per-batch")) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.frames_per_batch))) return rc;
+        } else if (!strcmp(name, "--context")) {
+            if ((rc = parse_int(name, v, 1, 1 << 30, &a->req.context))) return rc;
         } else if (!strcmp(name, "--chunk-tokens")) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.chunk_tokens))) return rc;
         } else if (!strcmp(name, "--threads")) {
@@ -410,6 +413,7 @@ static json_t *settings_json(const synth_args *a, const drama_result *r, const c
                      "stream_chunk_frames", q->stream_chunk_frames, "low_memory", a->low_memory, "format", format,
                      "output", a->out, "set", sets);
     if (o) json_object_set_new(o, "frames_per_batch", json_integer(q->frames_per_batch));
+    if (o) json_object_set_new(o, "context", json_integer(q->context > 0 ? q->context : 8192));
     return o;
 }
 

@@ -66,6 +66,7 @@ drama_status dr_request_validate(const drama_request *req, drama_error *err) {
         return dr_fail(err, DRAMA_EINVAL, "speaker: %d is outside 0..15", req->speaker);
     if (req->stream_chunk_frames < 0)
         return dr_fail(err, DRAMA_EINVAL, "stream_chunk_frames: %d must not be negative", req->stream_chunk_frames);
+    if (req->context < 0) return dr_fail(err, DRAMA_EINVAL, "context: %d must not be negative", req->context);
     if (req->chunk_tokens < 0) return dr_fail(err, DRAMA_EINVAL, "chunk_tokens: %d must not be negative", req->chunk_tokens);
     if (req->n_references < 0 || req->n_references > 16)
         return dr_fail(err, DRAMA_EINVAL, "references: %d given, at most 16", req->n_references);

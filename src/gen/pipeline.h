@@ -18,6 +18,8 @@
  * (fewer, cheaper decoder calls). */
 #define DR_STREAM_FIRST_CHUNK 4
 #define DR_STREAM_NEXT_CHUNK 16
+/* Rows of backbone context a long text may occupy before old batches leave it (TEXT.md 4.6). */
+#define DR_DEFAULT_CONTEXT 8192
 
 /* Frames in streamed chunk number k (0-based): `requested` for every chunk when > 0, else the
  * default schedule. */

@@ -67,9 +67,11 @@ typedef drama_status (*dr_pl_frame_fn)(void *ctx, const int32_t *frame, drama_er
 drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_gen **out, drama_error *err);
 /* Extends the conditional (and, when guided, unconditional) prompt for batch b and prefills the
  * new rows into the live state: batch 0 is the whole prompt, later batches continue after the
- * earlier batches' frames (TEXT.md 4.5). *prompt_rows = rows of the conditional prompt so far. */
+ * earlier batches' frames (TEXT.md 4.5). When the prompt plus frames_ahead would exceed context
+ * rows (> 0), the oldest batches leave the history and a fresh state is prefilled (TEXT.md 4.6).
+ * *prompt_rows = rows of the conditional prompt. */
 drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int b, const dr_pl_refs *refs,
-                              int64_t *prompt_rows, drama_error *err);
+                              int64_t context, int64_t frames_ahead, int64_t *prompt_rows, drama_error *err);
 /* Generates frames of the current batch until the end token (*ended = 1), `budget` frames when
  * budget > 0, or the frame cap (DRAMA_EFRAMELIMIT). Each frame goes to fn, whose error stops
  * the loop (cancellation). */

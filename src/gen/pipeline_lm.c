@@ -16,13 +16,16 @@ struct dr_pl_lm {
 
 struct dr_pl_gen {
     dr_gen_session *s;
+    dr_gen_options o;       /* kept to start a fresh session when the history is trimmed */
     dr_pl_gen_params p;
     int nc;
-    int started;            /* batch 0 prompt built */
+    int started;            /* a prompt has been built */
     int guided_prompt;      /* an unconditional prompt is kept (gamma > 0 and a reference) */
     dr_prompt cond, uncond; /* the whole prompt so far, history included (TEXT.md 4.5) */
     int64_t cond_fed, uncond_fed; /* rows already in the backbone states */
-    dr_codes batch;         /* frames of the current batch, for the next batch's history */
+    dr_codes *hist;         /* [n_hist] frames of each batch, in order (the last is the current) */
+    int n_hist;
+    int first_kept;         /* oldest batch still in the prompt history (TEXT.md 4.6) */
 };
 
 drama_status dr_pl_encode_audio_file(drama_model *m, const char *path, dr_codes *out, drama_error *err) {
@@ -111,17 +114,16 @@ drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_g
     if (!g) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
     g->p = *p;
     g->nc = m->cfg->audio.num_codebooks;
-    dr_gen_options o;
-    dr_gen_options_default(&o);
-    dr_sampler_params_default(&o.sp);
-    o.sp.temperature = p->temperature;
-    o.sp.top_p = p->top_p;
-    o.sp.cfg_gamma = p->cfg_gamma;
-    o.sp.seed = p->seed;
-    o.sp.frame_cap = p->frame_cap;
-    o.has_reference = p->has_reference;
+    dr_gen_options_default(&g->o);
+    dr_sampler_params_default(&g->o.sp);
+    g->o.sp.temperature = p->temperature;
+    g->o.sp.top_p = p->top_p;
+    g->o.sp.cfg_gamma = p->cfg_gamma;
+    g->o.sp.seed = p->seed;
+    g->o.sp.frame_cap = p->frame_cap;
+    g->o.has_reference = p->has_reference;
     g->guided_prompt = p->cfg_gamma > 0 && p->has_reference;
-    drama_status st = dr_gen_session_create(&m->lm->g->model, &o, &g->s, err);
+    drama_status st = dr_gen_session_create(&m->lm->g->model, &g->o, &g->s, err);
     if (st != DRAMA_OK) {
         free(g);
         return st;
@@ -130,25 +132,24 @@ drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_g
     return DRAMA_OK;
 }
 
-/* Appends batch b's rows to one prompt: for b > 0 first the previous batch's frames (already
- * in the states: they count as fed) and the end of that assistant turn. */
-static drama_status extend_prompt(dr_pl_gen *g, dr_prompt *pr, int64_t *fed, drama_model *m, const dr_pl_text *text,
-                                  int b, const dr_pl_refs *refs, int with_refs, drama_error *err) {
-    drama_status st = DRAMA_OK;
-    if (b == 0) {
-        dr_prompt_options opt;
-        dr_pl_prompt_options(m, &opt);
-        dr_reference r[16];
-        int n = with_refs ? refs->n : 0;
-        for (int i = 0; i < n; i++) {
-            r[i].text = refs->transcript[i];
-            r[i].codes = &refs->codes[i];
-        }
-        st = dr_prompt_begin(pr, m->tok, &opt, g->nc, err);
-        if (st == DRAMA_OK) st = dr_prompt_system(pr, r, n, err);
-    } else {
-        st = dr_prompt_frames(pr, &g->batch, err);
-        if (st == DRAMA_OK) *fed = pr->rows.n_rows;
+/* One prompt from scratch: system (+ references), then batches first..b-1 as history (user turn,
+ * generation start, their frames, end of turn), then batch b's user turn and generation start. */
+static drama_status build_prompt(dr_pl_gen *g, dr_prompt *pr, drama_model *m, const dr_pl_text *text, int first,
+                                 int b, const dr_pl_refs *refs, int with_refs, drama_error *err) {
+    dr_prompt_options opt;
+    dr_pl_prompt_options(m, &opt);
+    dr_reference r[16];
+    int n = with_refs ? refs->n : 0;
+    for (int i = 0; i < n; i++) {
+        r[i].text = refs->transcript[i];
+        r[i].codes = &refs->codes[i];
+    }
+    drama_status st = dr_prompt_begin(pr, m->tok, &opt, g->nc, err);
+    if (st == DRAMA_OK) st = dr_prompt_system(pr, r, n, err);
+    for (int j = first; st == DRAMA_OK && j < b; j++) {
+        st = dr_prompt_user(pr, text->batch[j], strlen(text->batch[j]), err);
+        if (st == DRAMA_OK) st = dr_prompt_generation_start(pr, err);
+        if (st == DRAMA_OK) st = dr_prompt_frames(pr, &g->hist[j], err);
         if (st == DRAMA_OK) st = dr_prompt_end_turn(pr, err);
     }
     if (st == DRAMA_OK) st = dr_prompt_user(pr, text->batch[b], strlen(text->batch[b]), err);
@@ -156,11 +157,64 @@ static drama_status extend_prompt(dr_pl_gen *g, dr_prompt *pr, int64_t *fed, dra
     return st;
 }
 
-drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int b, const dr_pl_refs *refs,
-                              int64_t *prompt_rows, drama_error *err) {
-    drama_status st = extend_prompt(g, &g->cond, &g->cond_fed, m, text, b, refs, 1, err);
-    if (st == DRAMA_OK && g->guided_prompt) st = extend_prompt(g, &g->uncond, &g->uncond_fed, m, text, b, refs, 0, err);
+/* The live prompt continued with batch b: batch b-1's frames (already in the states, so they
+ * count as fed), the end of its turn, then batch b's user turn and generation start. */
+static drama_status continue_prompt(dr_pl_gen *g, dr_prompt *pr, int64_t *fed, const dr_pl_text *text, int b,
+                                    drama_error *err) {
+    drama_status st = dr_prompt_frames(pr, &g->hist[b - 1], err);
+    if (st == DRAMA_OK) *fed = pr->rows.n_rows;
+    if (st == DRAMA_OK) st = dr_prompt_end_turn(pr, err);
+    if (st == DRAMA_OK) st = dr_prompt_user(pr, text->batch[b], strlen(text->batch[b]), err);
+    if (st == DRAMA_OK) st = dr_prompt_generation_start(pr, err);
+    return st;
+}
+
+static void free_prompts(dr_pl_gen *g) {
+    if (!g->started) return;
+    dr_prompt_free(&g->cond);
+    if (g->guided_prompt) dr_prompt_free(&g->uncond);
+    g->started = 0;
+}
+
+/* Both prompts from scratch with history from batch `first` on. */
+static drama_status rebuild(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int first, int b,
+                            const dr_pl_refs *refs, drama_error *err) {
+    free_prompts(g);
     g->started = 1;
+    memset(&g->uncond, 0, sizeof g->uncond);
+    drama_status st = build_prompt(g, &g->cond, m, text, first, b, refs, 1, err);
+    if (st == DRAMA_OK && g->guided_prompt) st = build_prompt(g, &g->uncond, m, text, first, b, refs, 0, err);
+    g->cond_fed = g->uncond_fed = 0;
+    return st;
+}
+
+drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int b, const dr_pl_refs *refs,
+                              int64_t context, int64_t frames_ahead, int64_t *prompt_rows, drama_error *err) {
+    drama_status st;
+    if (b == 0) {
+        st = rebuild(g, m, text, 0, 0, refs, err);
+    } else {
+        st = continue_prompt(g, &g->cond, &g->cond_fed, text, b, err);
+        if (st == DRAMA_OK && g->guided_prompt) st = continue_prompt(g, &g->uncond, &g->uncond_fed, text, b, err);
+        /* TEXT.md 4.6: when this batch's prompt plus its frames would overflow the context, the
+         * oldest batches leave the history (system and references stay) and the prompt is
+         * prefilled anew in a fresh state; the draw counter carries on. */
+        if (st == DRAMA_OK && context > 0 && g->cond.rows.n_rows + frames_ahead > context) {
+            int first = g->first_kept;
+            while (st == DRAMA_OK && first < b) {
+                first++;
+                st = rebuild(g, m, text, first, b, refs, err);
+                if (g->cond.rows.n_rows + frames_ahead <= context) break;
+            }
+            if (st == DRAMA_OK) {
+                g->first_kept = first;
+                g->o.draw_base += dr_gen_draws(g->s);
+                dr_gen_session_free(g->s);
+                g->s = NULL;
+                st = dr_gen_session_create(&m->lm->g->model, &g->o, &g->s, err);
+            }
+        }
+    }
     if (st != DRAMA_OK) return st;
     const int64_t w = g->cond.rows.n_cols;
     const int32_t *rows = g->cond.rows.data + g->cond_fed * w;
@@ -174,14 +228,20 @@ drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *te
     st = dr_gen_prefill(g->s, rows, n, urows, un, err);
     if (st != DRAMA_OK) return st;
     g->cond_fed = g->cond.rows.n_rows;
-    g->uncond_fed = g->uncond.rows.n_rows;
+    g->uncond_fed = g->guided_prompt ? g->uncond.rows.n_rows : 0;
     *prompt_rows = g->cond.rows.n_rows;
-    dr_codes_free(&g->batch);
-    return dr_codes_create(&g->batch, 0, g->nc, err);
+    /* A new, empty frame list for this batch. */
+    dr_codes *h = realloc(g->hist, (size_t)(g->n_hist + 1) * sizeof *h);
+    if (!h) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    g->hist = h;
+    memset(&g->hist[g->n_hist], 0, sizeof *h);
+    st = dr_codes_create(&g->hist[g->n_hist], 0, g->nc, err);
+    if (st == DRAMA_OK) g->n_hist++;
+    return st;
 }
 
 static drama_status keep_frame(dr_pl_gen *g, const int32_t *frame, drama_error *err) {
-    dr_codes *c = &g->batch;
+    dr_codes *c = &g->hist[g->n_hist - 1];
     int64_t n = c->n_frames + 1;
     int32_t *d = realloc(c->data, (size_t)n * (size_t)g->nc * sizeof *d);
     if (!d) return dr_fail(err, DRAMA_ENOMEM, "out of memory keeping frames");
@@ -194,6 +254,7 @@ static drama_status keep_frame(dr_pl_gen *g, const int32_t *frame, drama_error *
 drama_status dr_pl_gen_frames(dr_pl_gen *g, int64_t budget, dr_pl_frame_fn fn, void *ctx, int *ended,
                               drama_error *err) {
     *ended = 0;
+    if (g->n_hist == 0) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: frames before a prompt");
     dr_gen_set_frames(g->s, budget > 0 ? (int)budget : 0);
     int32_t frame[64];
     if (g->nc > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "generation: %d codebooks", g->nc);
@@ -218,10 +279,8 @@ drama_status dr_pl_gen_frames(dr_pl_gen *g, int64_t budget, dr_pl_frame_fn fn, v
 void dr_pl_gen_free(dr_pl_gen *g) {
     if (!g) return;
     dr_gen_session_free(g->s);
-    if (g->started) {
-        dr_prompt_free(&g->cond);
-        if (g->guided_prompt) dr_prompt_free(&g->uncond);
-    }
-    dr_codes_free(&g->batch);
+    free_prompts(g);
+    for (int i = 0; i < g->n_hist; i++) dr_codes_free(&g->hist[i]);
+    free(g->hist);
     free(g);
 }

@@ -186,10 +186,12 @@ static drama_status run(run_ctx *c, drama_error *err) {
     for (int b = 0; b < text.n_batches; b++) {
         c->batch = b;
         int64_t prompt_rows = 0;
-        st = dr_pl_gen_prompt(gen, m, &text, b, &refs, &prompt_rows, err);
+        int64_t budget = q->frames > 0 ? q->frames - c->n_frames : q->frames_per_batch; /* 0 = until the end token */
+        int64_t ahead = budget > 0 && budget < q->max_frames ? budget : q->max_frames;
+        int64_t context = q->context > 0 ? q->context : DR_DEFAULT_CONTEXT;
+        st = dr_pl_gen_prompt(gen, m, &text, b, &refs, context, ahead, &prompt_rows, err);
         if (st != DRAMA_OK) goto out;
         if (b == 0) c->res->prompt_tokens = prompt_rows;
-        int64_t budget = q->frames > 0 ? q->frames - c->n_frames : q->frames_per_batch; /* 0 = until the end token */
         int ended = 0;
         st = dr_pl_gen_frames(gen, budget, on_frame, c, &ended, err);
         if (st == DRAMA_EEMPTY) snprintf(c->res->finish_reason, sizeof c->res->finish_reason, "empty_generation");

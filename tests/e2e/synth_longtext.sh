@@ -30,4 +30,16 @@ if cmp -s <(head -c $((44 + 6 * 2048 * 2)) w.wav | tail -c +45) <(head -c $((44 
     fail "batching had no effect on the audio"
 fi
 ok "long text: $b batches x 3 frames, stream = whole; one batch with a huge budget"
+
+# A small --context makes old batches leave the history (TEXT.md 4.6): still deterministic and
+# stream = whole; the first batch (before any trimming) is unchanged, later audio differs.
+for mode in "" --stream; do
+    "$DRAMA_BIN" synthesize --model "$MODEL" --text "$LONG" --chunk-tokens 12 --frames-per-batch 3 --seed 3 -q \
+        --context 60 -o "ctx$mode.wav" $mode || fail "--context 60 $mode failed"
+done
+cmp ctx.wav ctx--stream.wav || fail "--context 60: stream differs from whole"
+first=$((44 + 3 * 2048 * 2))
+cmp -s <(head -c $first ctx.wav | tail -c +45) <(head -c $first w.wav | tail -c +45) || fail "first batch changed by --context"
+if cmp -s ctx.wav w.wav; then fail "--context 60 did not trim the history"; fi
+ok "--context 60: history trimmed, deterministic, stream = whole, first batch unchanged"
 echo PASS
