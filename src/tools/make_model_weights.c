@@ -402,6 +402,9 @@ static void assign_shards(mm_list *l, int shards) {
         }
         int s = total ? (int)((cum * (uint64_t)ex_shards) / total) : 0;
         l->t[i].shard = 1 + (s < ex_shards ? s : ex_shards - 1);
+        /* an expert (all its matrices and companions; a fused layer's pair) stays in one shard */
+        if (i > first_expert && l->t[i].layer == l->t[i - 1].layer && l->t[i].expert == l->t[i - 1].expert)
+            l->t[i].shard = l->t[i - 1].shard;
         cum += l->t[i].bytes;
     }
 }
@@ -492,6 +495,15 @@ drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t v
         goto done;
     }
     assign_shards(&l, shards);
+    for (int sh = 0; sh < shards; sh++) {
+        int used = 0;
+        for (int i = 0; i < l.n && !used; i++) used = l.t[i].shard == sh;
+        if (!used) {
+            st = dr_fail(err, DRAMA_EINVAL, "--shards %d: too many shards for the experts to fill (shard %d would be empty)",
+                         shards, sh + 1);
+            goto done;
+        }
+    }
     remove_stale(dir);
     for (int s = 0; s < shards && !st; s++) {
         char path[4096], sname[64];
