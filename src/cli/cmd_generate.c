@@ -5,7 +5,7 @@
  *       [--seed S] [--temperature T] [--top-p P] [--semantic-top-k K] [--acoustic-top-k K]
  *       [--ras-window W] [--ras-temperature T] [--ras-top-p P] [--frame-cap N]
  *       [--cfg-gamma G --uncond-rows U.json] [--cfg-mode paired|separate]
- *       [--threads N] [--set name=value]... [--score]
+ *       [--threads N] [--set name=value]... [--score] [--dump FILE.safetensors]
  *
  * --score prints the tower's teacher-forced negative log-likelihood of the prompt's audio rows
  * (codebooks 1..9, MODEL.md 11 step 3) as one JSON line on stdout; without --frames it stops
@@ -30,6 +30,7 @@
 #include "gen/session.h"
 #include "io/codes_json.h"
 #include "io/rows_json.h"
+#include "io/safetensors.h"
 
 static volatile sig_atomic_t g_interrupted;
 
@@ -58,6 +59,8 @@ static void usage(FILE *f) {
             "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
             "  --threads N           worker threads (default: all CPUs)\n"
             "  --set name=value      engine switch override (repeatable)\n"
+            "  --dump FILE           also write frames, sem_logits, hidden, head_logits (safetensors, the\n"
+            "                        layout of the golden e2e files)\n"
             "  --score               print the tower's teacher-forced NLL of the prompt's audio rows (JSON);\n"
             "                        without --frames nothing is generated\n"
             "exit status: 0 ok, 1 error, 2 usage, 3 frame limit reached, 130 interrupted\n");
@@ -110,21 +113,64 @@ typedef struct collect {
     int32_t *codes;
     int64_t n, cap;
     int nc;
+    /* --dump: per frame the logits of the draw, the hidden after the frame, the head logits */
+    dr_gen_session *s;
+    int dump;
+    int64_t nl, H, nh; /* widths: semantic candidates, hidden, head logits of one frame */
+    float *sem, *hid, *heads;
 } collect;
+
+static int grow(void **p, int64_t count, int64_t width, size_t elem) {
+    void *q = realloc(*p, (size_t)count * (size_t)width * elem);
+    if (!q) return 0;
+    *p = q;
+    return 1;
+}
 
 static int on_frame(void *ctx, int64_t index, const int32_t *frame) {
     collect *c = ctx;
     (void)index;
     if (c->n == c->cap) {
         int64_t cap = c->cap ? c->cap * 2 : 64;
-        int32_t *p = realloc(c->codes, (size_t)cap * c->nc * sizeof(int32_t));
-        if (!p) return 1;
-        c->codes = p;
+        if (!grow((void **)&c->codes, cap, c->nc, sizeof(int32_t))) return 1;
+        if (c->dump && (!grow((void **)&c->sem, cap, c->nl, sizeof(float)) ||
+                        !grow((void **)&c->hid, cap + 1, c->H, sizeof(float)) ||
+                        !grow((void **)&c->heads, cap, c->nh, sizeof(float))))
+            return 1;
         c->cap = cap;
     }
     memcpy(c->codes + c->n * c->nc, frame, (size_t)c->nc * sizeof(int32_t));
+    if (c->dump) {
+        memcpy(c->sem + c->n * c->nl, dr_gen_last_logits(c->s), (size_t)c->nl * sizeof(float));
+        memcpy(c->heads + c->n * c->nh, dr_gen_last_head_logits(c->s), (size_t)c->nh * sizeof(float));
+        memcpy(c->hid + (c->n + 1) * c->H, dr_gen_pending_hidden(c->s), (size_t)c->H * sizeof(float));
+    }
     c->n++;
     return g_interrupted != 0;
+}
+
+/* The golden e2e layout: frames [F, NC], sem_logits [F, n_candidates], hidden [F+1, H] (index 0:
+ * the last prompt row), head_logits [F, NC-1, head_vocab]. */
+static drama_status write_dump(const char *path, const collect *c, drama_error *err) {
+    dr_st_writer *w;
+    drama_status st = dr_st_writer_create(path, &w, err);
+    if (st) return st;
+    int64_t s1[2] = {c->n, c->nc}, s2[2] = {c->n, c->nl}, s3[2] = {c->n + 1, c->H}, s4[3] = {c->n, c->nc - 1, 0};
+    s4[2] = c->nc > 1 ? c->nh / (c->nc - 1) : 0;
+    if (!st) st = dr_st_writer_metadata(w, "producer", "drama generate --dump", err);
+    if (!st) st = dr_st_writer_declare(w, "frames", DR_DT_I32, 2, s1, err);
+    if (!st) st = dr_st_writer_declare(w, "sem_logits", DR_DT_F32, 2, s2, err);
+    if (!st) st = dr_st_writer_declare(w, "hidden", DR_DT_F32, 2, s3, err);
+    if (!st) st = dr_st_writer_declare(w, "head_logits", DR_DT_F32, 3, s4, err);
+    if (!st) st = dr_st_writer_write(w, c->codes, (size_t)c->n * c->nc * sizeof(int32_t), err);
+    if (!st) st = dr_st_writer_write(w, c->sem, (size_t)c->n * c->nl * sizeof(float), err);
+    if (!st) st = dr_st_writer_write(w, c->hid, (size_t)(c->n + 1) * c->H * sizeof(float), err);
+    if (!st) st = dr_st_writer_write(w, c->heads, (size_t)c->n * c->nh * sizeof(float), err);
+    if (st) {
+        dr_st_writer_abort(w);
+        return st;
+    }
+    return dr_st_writer_finish(w, err);
 }
 
 static double now_s(void) {
@@ -134,7 +180,7 @@ static double now_s(void) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *rows_path = NULL, *uncond_path = NULL, *out_path = NULL;
+    const char *model = NULL, *rows_path = NULL, *uncond_path = NULL, *out_path = NULL, *dump_path = NULL;
     const char *sets[64];
     int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0, score_only = 0;
     long long frames = 0, lv;
@@ -161,6 +207,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--rows")) rows_path = v;
         else if (!strcmp(a, "--uncond-rows")) uncond_path = v;
         else if (!strcmp(a, "--codes-out")) out_path = v;
+        else if (!strcmp(a, "--dump")) dump_path = v;
         else if (!strcmp(a, "--frames")) { if (!parse_int(a, v, 1, INT32_MAX, &frames)) return DR_EXIT_USAGE; }
         else if (!strcmp(a, "--seed")) { if (!parse_seed(v, &o.sp.seed)) return DR_EXIT_USAGE; have_seed = 1; }
         else if (!strcmp(a, "--temperature")) { if (!parse_double(a, v, &dv)) return DR_EXIT_USAGE; o.sp.temperature = (float)dv; }
@@ -255,10 +302,23 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     dr_gen_finish fin = DR_FINISH_NONE;
+    if (dump_path) {
+        col.s = s;
+        col.dump = 1;
+        col.nl = lm->model.bb.n_candidates;
+        col.H = lm->model.bb.hidden_dim;
+        col.nh = (int64_t)(nc - 1) * lm->tower.d.head_vocab;
+        if (!(col.hid = malloc((size_t)col.H * sizeof(float)))) {
+            st = dr_fail(&err, DRAMA_ENOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(col.hid, dr_gen_pending_hidden(s), (size_t)col.H * sizeof(float));
+    }
     st = dr_gen_run(s, on_frame, &col, &fin, &err);
     double t2 = now_s();
     if (st) goto done;
     dr_codes codes = {col.n, nc, col.codes};
+    if (dump_path && (st = write_dump(dump_path, &col, &err))) goto done;
     if ((st = dr_codes_write(out_path, &codes, &err))) goto done;
     fprintf(stderr, "drama generate: %" PRId64 " frames (%s)%s; prefill %" PRId64 " rows %.3f s, %.2f ms/frame\n",
             col.n, fin == DR_FINISH_END_TOKEN ? "end token" : "frame count", dr_gen_guided(s) ? ", guided" : "",
@@ -271,6 +331,9 @@ done:
         if (st == DRAMA_ECANCELLED && g_interrupted) fprintf(stderr, "drama generate: interrupted, nothing written\n");
     }
     free(col.codes);
+    free(col.sem);
+    free(col.hid);
+    free(col.heads);
     dr_rows_free(&rows);
     dr_rows_free(&urows);
     dr_gen_session_free(s);

@@ -21,6 +21,9 @@ for c in noref ref12; do
     "${G[@]}" --rows "$T/rows-$c.json" --frames "$n" --temperature 0 --threads 2 --codes-out "$T/got-$c.json" \
         2> "$T/err-$c" || bad "$c: exit $?: $(cat "$T/err-$c")"
     jq -c '.codes' "$T/got-$c.json" > "$T/got-$c.codes" 2> /dev/null
+    [ "$c" = ref12 ] && { "${G[@]}" --rows "$T/rows-$c.json" --frames 2 --temperature 0 --codes-out "$T/d.json" \
+        --dump "$T/d.safetensors" 2> /dev/null && head -c 1000 "$T/d.safetensors" | grep -aq head_logits \
+        || bad "--dump: no safetensors with head_logits"; }
     cmp -s "$T/got-$c.codes" "$T/want-$c.json" && echo "$c: $n greedy frames equal the golden" \
         || bad "$c: frames differ from the golden"
 done
