@@ -7,8 +7,11 @@
  *
  * Values come from a counter-based generator keyed by (seed, tensor name, element index), so a
  * tensor's values do not depend on shard layout, expert layout or write order, and the same seed
- * gives byte-identical files. Tensors are generated in bounded pieces and streamed through
- * dr_st_writer_*: memory stays bounded at full shape (one expert matrix at most).
+ * gives byte-identical files (for any thread count). Tensors are generated in bounded pieces by
+ * a thread pool and streamed through dr_st_writer_*: memory stays bounded at full shape (one
+ * 1 Mi-value piece plus one expert matrix per worker; 119 MB peak with 16 threads).
+ * Quantised experts are encoded with num/quant.h from the BF16-rounded values, so they equal
+ * `drama optimize` of the BF16 model with the same seed.
  */
 #ifndef DRAMA_TOOLS_MAKE_MODEL_H
 #define DRAMA_TOOLS_MAKE_MODEL_H
@@ -88,17 +91,18 @@ drama_status dr_mm_validate(const dr_mm_options *opts, drama_error *err);
 /* Write the model into `dir` (created if absent; existing generated files are replaced). */
 drama_status dr_make_model(const char *dir, const dr_mm_options *opts, drama_error *err);
 
-/* ---- pieces, also used by tests and by `drama inspect` ---- */
+/* ---- pieces, also used by tests ---- */
 
 /* Counter-based uniform value in [-1, 1): depends only on (seed, key, index). */
 double dr_mm_uniform(uint64_t seed, uint64_t key, uint64_t index);
 uint64_t dr_mm_name_key(const char *name);
 
-/* Write codec.json / tokenizer.json for the given dims (used by dr_make_model). */
+/* codec.json for these hyper-parameters (CODEC.md 9 schema). */
 drama_status dr_mm_write_codec_json(const char *path, const dr_mm_codec *c, drama_error *err);
+/* DIR/codec.json + DIR/codec.safetensors (F32; tensors of dr_codec_expected for that codec.json). */
 drama_status dr_mm_write_codec(const char *dir, const dr_mm_codec *c, uint64_t seed, drama_error *err);
-/* Writes tokenizer.json and tokenizer_config.json; *n_tokens receives the tokenizer's size and
- * the ids of the tokens the config names. */
+/* Writes tokenizer.json and tokenizer_config.json; *ids receives the tokenizer's size and the ids
+ * of the tokens config.json names. */
 typedef struct dr_mm_token_ids {
     int64_t n_tokens, endoftext, pad, im_start, im_end, audio_pad, semantic_start, semantic_end,
         speaker0;
