@@ -107,7 +107,8 @@ void dr_codec_stream_set_tap(dr_codec_stream *s, dr_codec_tap_fn fn, void *ctx);
  * concurrently from different threads need their own pools or none). */
 void dr_codec_stream_set_pool(dr_codec_stream *s, dr_pool *pool);
 /* Decode n_frames frames (negative code: error; above the clamp: clamped) into
- * out[n_frames * frame_length]. Any chunking of a stream gives bit-identical samples. */
+ * out[n_frames * frame_length]. Any chunking of a stream gives bit-identical samples.
+ * Codes are checked before anything runs; after any other failure the stream is reset. */
 drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int64_t n_frames, float *out,
                                   drama_error *err);
 int64_t dr_codec_stream_frames(const dr_codec_stream *s); /* frames fed so far */

@@ -204,7 +204,10 @@ drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int6
     for (int64_t f0 = 0; f0 < n_frames; f0 += CHUNK) {
         int64_t T = n_frames - f0 < CHUNK ? n_frames - f0 : CHUNK;
         drama_status rc = decode_chunk(s, codes + f0 * K, T, out + f0 * cf->frame_length, err);
-        if (rc) return rc; /* the stream state is undefined after a failure: reset it */
+        if (rc) { /* a half-updated state is useless: start the stream over */
+            dr_codec_stream_reset(s);
+            return rc;
+        }
         s->frames += T;
     }
     return DRAMA_OK;
