@@ -1,14 +1,21 @@
 /* libFuzzer target: the restricted unpickler and the torch-zip reader. Inputs starting with
- * "PK" are whole archives (dr_pth_open_memory), anything else is a bare pickle (dr_pk_load).
+ * "PK" are whole archives (dr_pth_open_memory), "{" a codec.json (parsed, validated and its
+ * expected inventory listed), anything else is a bare pickle (dr_pk_load).
  * Any input must end in DRAMA_OK or a named error; sanitizers catch the rest. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "codec/codec.h"
 #include "io/torchzip.h"
 #include "io/unpickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void count(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    (void)name, (void)ndim, (void)shape;
+    ++*(int64_t *)ctx;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     drama_error err = {0};
@@ -25,6 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else if (!err.message[0]) {
             abort(); /* a failure must name its cause */
         }
+        return 0;
+    }
+    if (size >= 1 && data[0] == '{') {
+        dr_codec_config c;
+        dr_codec_config_default(&c);
+        int64_t n = 0;
+        if (dr_codec_config_parse((const char *)data, size, "fuzz.json", &c, &err) == DRAMA_OK &&
+            dr_codec_config_validate(&c, &err) == DRAMA_OK)
+            dr_codec_expected(&c, count, &n, &err);
         return 0;
     }
     dr_pk_limits lim = {.max_values = 1 << 16, .max_stack = 1 << 12, .max_memo = 1 << 14};
