@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 
@@ -114,6 +115,7 @@ struct dr_loader {
     int64_t n;
     entry *e;              /* sorted by name */
     dr_findings findings;
+    int warned_group;      /* config/tensor affine group disagreement reported once */
 };
 
 static int cmp_entry(const void *a, const void *b) { return strcmp(((const entry *)a)->name, ((const entry *)b)->name); }
@@ -459,6 +461,12 @@ int dr_loader_bind(dr_loader *ld, const char *name, int64_t rows, int64_t cols, 
         return 0;
     }
     if (!out->name) out->name = w->name;
+    /* FORMATS.md 4.6: config quantisation entries are cross-checks only (the tensors decide). */
+    if (out->fmt == DR_WF_AFFINE && q && q->group_size > 0 && q->group_size != out->group && !ld->warned_group) {
+        ld->warned_group = 1;
+        DR_WARN("%s: affine group %d from the tensor shapes differs from config group_size %d (the tensors decide)",
+                name, out->group, q->group_size);
+    }
     return 1;
 }
 
