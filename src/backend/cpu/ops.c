@@ -63,10 +63,15 @@ void dr_op_softmax(float *x, int64_t n) {
 void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
                   int hd, float scale, float *scratch, float *out) {
     for (int64_t t = 0; t < n_pos; t++) {
+        /* 8 fixed lanes, fixed combine order: vectorisable and independent of any split of work */
         const float *k = k_cache + t * stride;
-        double s = 0.0;
-        for (int d = 0; d < hd; d++) s += (double)q[d] * (double)k[d];
-        scratch[t] = (float)s * scale;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int d = 0;
+        for (; d + 8 <= hd; d += 8)
+            for (int l = 0; l < 8; l++) acc[l] += q[d + l] * k[d + l];
+        float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        for (; d < hd; d++) s += q[d] * k[d];
+        scratch[t] = s * scale;
     }
     dr_op_softmax(scratch, n_pos);
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
