@@ -306,19 +306,9 @@ done:
     return st;
 }
 
-typedef struct pick_ctx {
-    dr_gen_session *s;
-    uint64_t f;
-} pick_ctx;
-
-static drama_status pick_acoustic(void *ctx, int codebook, const float *logits, int n, int *code, drama_error *err) {
-    pick_ctx *p = ctx;
-    return dr_sample_acoustic(logits, n, &p->s->o.sp, p->f, codebook, &p->s->ws, code, err);
-}
-
-/* Draw and build the next frame of one session (no backbone step). Returns DRAMA_OK with
- * *finish set when the session finished instead. */
-static drama_status make_frame(dr_gen_session *s, int32_t *frame, dr_gen_finish *finish, drama_error *err) {
+/* The semantic draw of one session's next frame, and the stop rules (MODEL.md 8). On DRAMA_OK
+ * with *finish == DR_FINISH_NONE, *code is the frame's c0 and *f its draw index. */
+static drama_status draw_semantic(dr_gen_session *s, int *code, uint64_t *f, dr_gen_finish *finish, drama_error *err) {
     *finish = DR_FINISH_NONE;
     if (s->invalid) return dr_fail(err, DRAMA_EINVAL, "generation session: invalid after a cancel or failure; reset it");
     if (!s->prefilled) return dr_fail(err, DRAMA_EINVAL, "generation session: prefill before drawing frames");
@@ -336,9 +326,9 @@ static drama_status make_frame(dr_gen_session *s, int32_t *frame, dr_gen_finish 
     }
     if (s->guided) dr_guidance_combine(s->logits_c, s->logits_u, s->ncand, s->o.sp.cfg_gamma, s->logits);
     else memcpy(s->logits, s->logits_c, (size_t)s->ncand * sizeof(float));
-    uint64_t f = s->o.draw_base + s->draws;
+    *f = s->o.draw_base + s->draws;
     int t;
-    drama_status st = dr_sample_semantic(s->logits, s->ncand, &s->o.sp, f, s->window, s->window_len, &s->ws, &t, err);
+    drama_status st = dr_sample_semantic(s->logits, s->ncand, &s->o.sp, *f, s->window, s->window_len, &s->ws, &t, err);
     s->draws++;
     if (st) goto fail;
     if (t == s->ncand - 1) {
@@ -358,18 +348,85 @@ static drama_status make_frame(dr_gen_session *s, int32_t *frame, dr_gen_finish 
                      (long long)s->m->tower->d.code_stride);
         goto fail;
     }
-    pick_ctx pc = {s, f};
-    st = dr_tower_generate(s->m->tower, s->tc, s->pend_h, t, pick_acoustic, &pc, frame, s->head_logits, s->m->pool, err);
-    if (st) goto fail;
-    if (s->window_len == RAS_MAX) {
-        memmove(s->window, s->window + 1, (RAS_MAX - 1) * sizeof(int));
-        s->window_len--;
-    }
-    s->window[s->window_len++] = t;
+    *code = t;
     return DRAMA_OK;
 fail:
     s->invalid = 1;
     return st;
+}
+
+/* Acoustic draws of the sessions in one batched tower pass: row k is session owner[k]. */
+typedef struct pick_ctx {
+    dr_gen_session *const *ss;
+    const int *owner;
+    const uint64_t *f;
+} pick_ctx;
+
+static drama_status pick_acoustic(void *ctx, int row, int codebook, const float *logits, int n, int *code,
+                                  drama_error *err) {
+    pick_ctx *p = ctx;
+    dr_gen_session *s = p->ss[p->owner[row]];
+    return dr_sample_acoustic(logits, n, &s->o.sp, p->f[row], codebook, &s->ws, code, err);
+}
+
+/* Semantic draws, then one tower pass for every session that makes a frame. */
+static void make_frames(dr_gen_session *const *ss, int n, int32_t *frames, dr_gen_finish *finish,
+                        drama_status *status, drama_error *errs) {
+    const dr_gen_model *m = ss[0]->m;
+    int nc = ss[0]->nc, hv = ss[0]->hv;
+    int64_t H = ss[0]->H;
+    int *owner = dr_calloc((size_t)n, sizeof(int));
+    uint64_t *fs = dr_calloc((size_t)n, sizeof(uint64_t));
+    int32_t *c0 = dr_calloc((size_t)n, sizeof(int32_t)), *codes = dr_calloc((size_t)n * nc, sizeof(int32_t));
+    dr_tower_cache **tcs = dr_calloc((size_t)n, sizeof *tcs);
+    float *h = dr_alloc((size_t)n * H * sizeof(float));
+    float *heads = dr_alloc((size_t)n * (nc - 1) * hv * sizeof(float));
+    drama_status *rst = dr_calloc((size_t)n, sizeof(drama_status));
+    drama_error *rerr = dr_calloc((size_t)n, sizeof(drama_error));
+    int ok = owner && fs && c0 && codes && tcs && h && heads && rst && rerr;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        drama_error *e = errs ? &errs[i] : NULL;
+        if (status[i]) continue; /* already failed (wrong model) */
+        if (!ok) {
+            status[i] = dr_fail(e, DRAMA_ENOMEM, "generation: out of memory");
+            continue;
+        }
+        int t = 0;
+        status[i] = draw_semantic(ss[i], &t, &fs[k], &finish[i], e);
+        if (status[i] || finish[i] != DR_FINISH_NONE) continue;
+        owner[k] = i;
+        c0[k] = t;
+        tcs[k] = ss[i]->tc;
+        memcpy(h + (int64_t)k * H, ss[i]->pend_h, (size_t)H * sizeof(float));
+        k++;
+    }
+    if (k > 0) {
+        pick_ctx pc = {ss, owner, fs};
+        drama_error e = {0};
+        drama_status st =
+            dr_tower_generate_many(m->tower, tcs, k, h, c0, pick_acoustic, &pc, codes, heads, rst, rerr, m->pool, &e);
+        for (int r = 0; r < k; r++) {
+            int i = owner[r];
+            dr_gen_session *s = ss[i];
+            drama_status rs = st ? st : rst[r];
+            if (rs) {
+                status[i] = rs;
+                if (errs) dr_fail(&errs[i], rs, "%s", st ? e.message : rerr[r].message);
+                s->invalid = 1;
+                continue;
+            }
+            memcpy(frames + (int64_t)i * nc, codes + (int64_t)r * nc, (size_t)nc * sizeof(int32_t));
+            memcpy(s->head_logits, heads + (int64_t)r * (nc - 1) * hv, (size_t)(nc - 1) * hv * sizeof(float));
+            if (s->window_len == RAS_MAX) {
+                memmove(s->window, s->window + 1, (RAS_MAX - 1) * sizeof(int));
+                s->window_len--;
+            }
+            s->window[s->window_len++] = c0[r];
+        }
+    }
+    dr_free(owner); dr_free(fs); dr_free(c0); dr_free(codes); dr_free(tcs); dr_free(h); dr_free(heads);
+    dr_free(rst); dr_free(rerr);
 }
 
 drama_status dr_gen_next_many(dr_gen_session *const *ss, int n, int32_t *frames, dr_gen_finish *finish,
@@ -396,14 +453,16 @@ drama_status dr_gen_next_many(dr_gen_session *const *ss, int n, int32_t *frames,
     }
     int n1 = 0, n2 = 0;
     for (int i = 0; i < n; i++) {
-        dr_gen_session *s = ss[i];
-        if (s->m != m) {
+        status[i] = DRAMA_OK;
+        finish[i] = DR_FINISH_NONE;
+        if (ss[i]->m != m)
             status[i] = dr_fail(errs ? &errs[i] : NULL, DRAMA_EINVAL, "generation: sessions of different models in one batch");
-            continue;
-        }
-        int32_t *fr = frames + (int64_t)i * s->nc;
-        status[i] = make_frame(s, fr, &finish[i], errs ? &errs[i] : NULL);
+    }
+    make_frames(ss, n, frames, finish, status, errs);
+    for (int i = 0; i < n; i++) {
+        dr_gen_session *s = ss[i];
         if (status[i] || finish[i] != DR_FINISH_NONE) continue;
+        int32_t *fr = frames + (int64_t)i * s->nc;
         int32_t *row = rowbuf + (int64_t)i * W;
         row[0] = (int32_t)(m->bb.semantic_start + fr[0]);
         for (int j = 0; j < s->nc; j++) row[1 + j] = fr[j];

@@ -114,4 +114,17 @@ drama_status dr_tower_generate(const dr_tower *t, dr_tower_cache *c, const float
                                dr_tower_pick_fn pick, void *pick_ctx, int32_t *codes, float *head_logits,
                                dr_pool *pool, drama_error *err);
 
+/* Generation for n sessions at once: row r at position caches[r]->len (caches distinct), input
+ * h [n][input_dim], semantic code c0[r]. Every product streams the weights once for all rows; a
+ * row's codes equal generating it alone. pick is called per row and codebook. Per-row failures
+ * (non-finite input, a failing pick) go to row_status[r] / row_errs[r] (may be NULL) and leave
+ * the other rows running; the return value is for failures of the whole call. codes [n][NC],
+ * head_logits [n][NC-1][head_vocab] (optional). */
+typedef drama_status (*dr_tower_pick_many_fn)(void *ctx, int row, int codebook, const float *logits, int n,
+                                              int *code, drama_error *err);
+drama_status dr_tower_generate_many(const dr_tower *t, dr_tower_cache *const *caches, int n, const float *h,
+                                    const int32_t *c0, dr_tower_pick_many_fn pick, void *pick_ctx, int32_t *codes,
+                                    float *head_logits, drama_status *row_status, drama_error *row_errs,
+                                    dr_pool *pool, drama_error *err);
+
 #endif

@@ -90,14 +90,14 @@ static void rope(const dr_tower *t, float *x, int64_t pos) {
 
 typedef struct attn_ctx {
     const dr_tower *t;
-    const dr_tower_cache *c;
+    dr_tower_cache *const *cs; /* cache of each row */
+    const int64_t *pos;        /* position of each row */
     int layer;
-    int64_t pos0;
     scratch *s;
     int64_t qkv_dim;
 } attn_ctx;
 
-/* One (row, query head): softmax(q K^T / sqrt(hd)) V over positions 0..pos0+row. */
+/* One (row, query head): softmax(q K^T / sqrt(hd)) V over positions 0..pos[row] of its cache. */
 static void attn_one(void *vctx, int64_t idx, int worker) {
     attn_ctx *a = vctx;
     const dr_tower_dims *d = &a->t->d;
@@ -105,8 +105,9 @@ static void attn_one(void *vctx, int64_t idx, int worker) {
     int h = (int)(idx % d->n_head);
     int hd = d->head_dim, kvh = h / (d->n_head / d->n_kv_head);
     const float *q = a->s->qkv + row * a->qkv_dim + (int64_t)h * hd;
-    const float *K = a->c->k[a->layer], *Vc = a->c->v[a->layer];
-    int64_t kvd = a->c->kv_dim, npos = a->pos0 + row + 1;
+    const dr_tower_cache *c = a->cs[row];
+    const float *K = c->k[a->layer], *Vc = c->v[a->layer];
+    int64_t kvd = c->kv_dim, npos = a->pos[row] + 1;
     float *sc = a->s->scores + (int64_t)worker * a->s->max_len;
     double scale = 1.0 / sqrt((double)hd), mx = -INFINITY;
     for (int64_t p = 0; p < npos; p++) {
@@ -129,15 +130,16 @@ static void attn_one(void *vctx, int64_t idx, int worker) {
     }
 }
 
-/* One layer over n rows at positions c->len .. c->len+n-1. in [n][L->dh] -> out [n][D].
- * codes[r] / mask[r]: the code embedded by row r (table slot `slot`). */
-static drama_status layer_forward(const dr_tower *t, dr_tower_cache *c, int l, int n, const float *in,
-                                  const int32_t *code, int64_t code_stride_rows, const uint8_t *mask, int slot,
-                                  float *out, scratch *s, dr_pool *pool, drama_error *err) {
+/* One layer over n rows; row r runs at position pos[r] of cache cs[r] (one cache at consecutive
+ * positions for a prefill, one cache per session for batched generation). in [n][L->dh] -> out
+ * [n][D]. codes[r] / mask[r]: the code embedded by row r (table slot `slot`). */
+static drama_status layer_forward(const dr_tower *t, dr_tower_cache *const *cs, const int64_t *pos, int l, int n,
+                                  const float *in, const int32_t *code, int64_t code_stride_rows, const uint8_t *mask,
+                                  int slot, float *out, scratch *s, dr_pool *pool, drama_error *err) {
     const dr_tower_dims *d = &t->d;
     const dr_tower_layer *L = &t->layers[l];
     int64_t D = d->dim, de = L->de, dh = L->dh, hd = d->head_dim;
-    int64_t qkv_dim = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd, kvd = c->kv_dim;
+    int64_t qkv_dim = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd, kvd = (int64_t)d->n_kv_head * hd;
     int64_t xw = de + dh;
     /* u = eh_proj(concat(enorm(e), hnorm(h))); rms(0) = 0, so a masked row contributes nothing */
     for (int r = 0; r < n; r++) {
@@ -162,24 +164,24 @@ static drama_status layer_forward(const dr_tower *t, dr_tower_cache *c, int l, i
     dr_cpu_matmul(&L->eh_proj, s->x, n, s->u, pool);
     for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->attention_norm, D, d->eps, s->a + r * D);
     dr_cpu_matmul(&L->wqkv, s->a, n, s->qkv, pool);
-    int64_t pos0 = c->len;
+    double work = 0;
     for (int r = 0; r < n; r++) {
         float *q = s->qkv + r * qkv_dim, *k = q + (int64_t)d->n_head * hd, *v = k + kvd;
         for (int h = 0; h < d->n_head; h++) {
             if (L->q_norm) rms_norm(q + h * hd, L->q_norm, hd, d->eps, q + h * hd);
-            rope(t, q + h * hd, pos0 + r);
+            rope(t, q + h * hd, pos[r]);
         }
         for (int h = 0; h < d->n_kv_head; h++) {
             if (L->k_norm) rms_norm(k + h * hd, L->k_norm, hd, d->eps, k + h * hd);
-            rope(t, k + h * hd, pos0 + r);
+            rope(t, k + h * hd, pos[r]);
         }
-        memcpy(c->k[l] + (pos0 + r) * kvd, k, (size_t)kvd * sizeof(float));
-        memcpy(c->v[l] + (pos0 + r) * kvd, v, (size_t)kvd * sizeof(float));
+        memcpy(cs[r]->k[l] + pos[r] * kvd, k, (size_t)kvd * sizeof(float));
+        memcpy(cs[r]->v[l] + pos[r] * kvd, v, (size_t)kvd * sizeof(float));
+        work += (double)d->n_head * (double)(pos[r] + 1) * hd;
     }
-    attn_ctx ac = {t, c, l, pos0, s, qkv_dim};
+    attn_ctx ac = {t, cs, pos, l, s, qkv_dim};
     /* small attention (short context, tiny heads) costs less than waking the workers; the
      * result is the same either way (one (row, head) per index) */
-    double work = (double)n * d->n_head * (double)(pos0 + n) * hd;
     dr_pool_run(work < 65536.0 ? NULL : pool, (int64_t)n * d->n_head, attn_one, &ac);
     dr_cpu_matmul(&L->wo, s->o, n, s->tmp, pool);
     for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
@@ -215,16 +217,22 @@ drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const
     if ((st = scratch_init(&s, t, n, c->len + n, pool, err))) return st;
     float *ga = alloc_f(n, D), *gb = alloc_f(n, D);
     uint8_t *m = dr_calloc((size_t)n, 1);
-    if (!ga || !gb || !m) {
+    dr_tower_cache **cs = dr_calloc((size_t)n, sizeof *cs);
+    int64_t *pos = dr_calloc((size_t)n, sizeof *pos);
+    if (!ga || !gb || !m || !cs || !pos) {
         st = dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate %d rows", n);
         goto done;
+    }
+    for (int r = 0; r < n; r++) {
+        cs[r] = c;
+        pos[r] = c->len + r;
     }
     const float *in = h;
     for (int l = 0; l < t->n_layers && !st; l++) {
         int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
         for (int r = 0; r < n; r++) m[r] = (shared && d->shared_code_none) ? 0 : (mask[r] != 0);
         float *out = (l % 2) ? gb : ga;
-        st = layer_forward(t, c, l, n, in, codes + slot, nc, m, slot, out, &s, pool, err);
+        st = layer_forward(t, cs, pos, l, n, in, codes + slot, nc, m, slot, out, &s, pool, err);
         if (st) break;
         if (layer_out) memcpy(layer_out + (int64_t)l * n * D, out, (size_t)n * D * sizeof(float));
         if (!shared && logits) {
@@ -239,51 +247,111 @@ done:
     dr_free(ga);
     dr_free(gb);
     dr_free(m);
+    dr_free(cs);
+    dr_free(pos);
     scratch_free(&s);
     return st;
+}
+
+drama_status dr_tower_generate_many(const dr_tower *t, dr_tower_cache *const *caches, int n, const float *h,
+                                    const int32_t *c0, dr_tower_pick_many_fn pick, void *pick_ctx, int32_t *codes,
+                                    float *head_logits, drama_status *row_status, drama_error *row_errs,
+                                    dr_pool *pool, drama_error *err) {
+    const dr_tower_dims *d = &t->d;
+    int64_t D = d->dim, hv = d->head_vocab, nc = d->num_codebooks, in_w = t->input_dim;
+    if (n <= 0) return DRAMA_OK;
+    drama_status st = DRAMA_OK;
+    scratch s;
+    memset(&s, 0, sizeof s);
+    /* rows that can run: finite input; a failing row keeps its status and is left out */
+    int *act = dr_calloc((size_t)n, sizeof(int));
+    dr_tower_cache **cs = dr_calloc((size_t)n, sizeof *cs);
+    int64_t *pos = dr_calloc((size_t)n, sizeof *pos);
+    float *hin = alloc_f(n, in_w), *ga = alloc_f(n, D), *gb = alloc_f(n, D);
+    int32_t *cur = dr_calloc((size_t)n * nc, sizeof(int32_t));
+    uint8_t *m = dr_calloc((size_t)n, 1);
+    if (!act || !cs || !pos || !hin || !ga || !gb || !cur || !m) {
+        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory for %d rows", n);
+        goto done;
+    }
+    int na = 0;
+    int64_t max_len = 1;
+    for (int r = 0; r < n; r++) {
+        for (int j = 0; j < nc; j++) codes[(int64_t)r * nc + j] = 0;
+        codes[(int64_t)r * nc] = c0[r];
+        row_status[r] = check_finite(h + r * in_w, in_w, "input hidden", row_errs ? &row_errs[r] : NULL);
+        if (!row_status[r]) row_status[r] = dr_tower_cache_reserve(caches[r], caches[r]->len + 1,
+                                                                   row_errs ? &row_errs[r] : NULL);
+        if (row_status[r]) continue;
+        act[na] = r;
+        cs[na] = caches[r];
+        pos[na] = caches[r]->len;
+        if (pos[na] + 1 > max_len) max_len = pos[na] + 1;
+        memcpy(hin + (int64_t)na * in_w, h + r * in_w, (size_t)in_w * sizeof(float));
+        cur[(int64_t)na * nc] = c0[r];
+        na++;
+    }
+    if (!na) goto done;
+    if ((st = scratch_init(&s, t, na, max_len, pool, err))) goto done;
+    const float *in = hin;
+    for (int l = 0; l < t->n_layers; l++) {
+        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
+        for (int k = 0; k < na; k++) m[k] = (shared && d->shared_code_none) ? 0 : 1;
+        float *out = (l % 2) ? gb : ga;
+        if ((st = layer_forward(t, cs, pos, l, na, in, cur + slot, nc, m, slot, out, &s, pool, err))) goto done;
+        if (!shared) {
+            /* head slot predicts code slot+1 of every row, chosen per row before the next layer */
+            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, na, s.heads, pool);
+            for (int k = 0; k < na; k++) {
+                int r = act[k], code = 0;
+                const float *lg = s.heads + (int64_t)k * hv;
+                if (head_logits) memcpy(head_logits + ((int64_t)r * (nc - 1) + slot) * hv, lg, (size_t)hv * sizeof(float));
+                if (!row_status[r]) {
+                    drama_error *re = row_errs ? &row_errs[r] : NULL;
+                    row_status[r] = pick(pick_ctx, r, slot + 1, lg, (int)hv, &code, re);
+                    if (!row_status[r] && (code < 0 || code >= hv))
+                        row_status[r] = dr_fail(re, DRAMA_EINTERNAL, "tower: codebook %d pick %d outside [0, %lld)",
+                                                slot + 1, code, (long long)hv);
+                    if (row_status[r]) code = 0; /* the row is lost; keep the others going */
+                }
+                cur[(int64_t)k * nc + slot + 1] = code;
+                codes[(int64_t)r * nc + slot + 1] = code;
+            }
+        }
+        in = out;
+    }
+    for (int k = 0; k < na; k++) cs[k]->len += 1;
+done:
+    dr_free(act);
+    dr_free(cs);
+    dr_free(pos);
+    dr_free(hin);
+    dr_free(ga);
+    dr_free(gb);
+    dr_free(cur);
+    dr_free(m);
+    scratch_free(&s);
+    return st;
+}
+
+typedef struct one_pick {
+    dr_tower_pick_fn pick;
+    void *ctx;
+} one_pick;
+
+static drama_status pick_one(void *ctx, int row, int codebook, const float *logits, int n, int *code,
+                             drama_error *err) {
+    one_pick *o = ctx;
+    (void)row;
+    return o->pick(o->ctx, codebook, logits, n, code, err);
 }
 
 drama_status dr_tower_generate(const dr_tower *t, dr_tower_cache *c, const float *h, int32_t c0,
                                dr_tower_pick_fn pick, void *pick_ctx, int32_t *codes, float *head_logits,
                                dr_pool *pool, drama_error *err) {
-    const dr_tower_dims *d = &t->d;
-    int64_t D = d->dim, hv = d->head_vocab;
-    drama_status st = check_finite(h, t->input_dim, "input hidden", err);
-    if (st) return st;
-    if ((st = dr_tower_cache_reserve(c, c->len + 1, err))) return st;
-    scratch s;
-    if ((st = scratch_init(&s, t, 1, c->len + 1, pool, err))) return st;
-    float *ga = alloc_f(1, D), *gb = alloc_f(1, D);
-    if (!ga || !gb) {
-        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory");
-        goto done;
-    }
-    for (int j = 0; j < d->num_codebooks; j++) codes[j] = 0;
-    codes[0] = c0;
-    const float *in = h;
-    for (int l = 0; l < t->n_layers; l++) {
-        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
-        uint8_t m = (shared && d->shared_code_none) ? 0 : 1;
-        float *out = (l % 2) ? gb : ga;
-        if ((st = layer_forward(t, c, l, 1, in, codes + slot, 0, &m, slot, out, &s, pool, err))) goto done;
-        if (!shared) {
-            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, 1, s.heads, pool);
-            if (head_logits) memcpy(head_logits + (int64_t)slot * hv, s.heads, (size_t)hv * sizeof(float));
-            int code = -1;
-            if ((st = pick(pick_ctx, slot + 1, s.heads, (int)hv, &code, err))) goto done;
-            if (code < 0 || code >= hv) {
-                st = dr_fail(err, DRAMA_EINTERNAL, "tower: codebook %d pick %d outside [0, %lld)", slot + 1, code,
-                             (long long)hv);
-                goto done;
-            }
-            codes[slot + 1] = code;
-        }
-        in = out;
-    }
-    c->len += 1;
-done:
-    dr_free(ga);
-    dr_free(gb);
-    scratch_free(&s);
-    return st;
+    one_pick o = {pick, pick_ctx};
+    drama_status row_st = DRAMA_OK;
+    drama_status st = dr_tower_generate_many(t, &c, 1, h, &c0, pick_one, &o, codes, head_logits, &row_st, err, pool,
+                                             err);
+    return st ? st : row_st;
 }

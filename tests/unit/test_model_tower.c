@@ -176,6 +176,15 @@ static drama_status pick_golden(void *ctx, int codebook, const float *logits, in
     return DRAMA_OK;
 }
 
+static drama_status pick_argmax1(void *ctx, int codebook, const float *l, int n, int *code, drama_error *err) {
+    (void)ctx; (void)codebook; (void)err;
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    *code = b;
+    return DRAMA_OK;
+}
+
 static void test_generate_matches_teacher_forced(void **state) {
     fixture *f = *state;
     drama_error e = {0};
@@ -231,6 +240,68 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(e.message, "heads.0"));
 }
 
+/* Batched generation over three caches of different lengths equals each alone, bit for bit;
+ * a row with a non-finite input fails alone. */
+static drama_status pick_max(void *ctx, int row, int codebook, const float *l, int n, int *code, drama_error *err) {
+    (void)ctx; (void)row; (void)codebook; (void)err;
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    *code = b;
+    return DRAMA_OK;
+}
+
+static void test_generate_many(void **state) {
+    fixture *f = *state;
+    drama_error e = {0};
+    int NC = f->NC, HV = f->HV;
+    int lens[3] = {5, 12, 0};
+    int32_t c0[3] = {17, 4000, 3};
+    dr_tower_cache *solo[3], *many[3];
+    int32_t want[3][16], got[3 * 16];
+    float *wh = calloc((size_t)3 * (NC - 1) * HV, sizeof(float)), *gh = calloc((size_t)3 * (NC - 1) * HV, sizeof(float));
+    float *h = calloc((size_t)3 * f->D, sizeof(float));
+    dr_pool *pool = dr_pool_create(2);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dr_tower_cache_create(&f->tower, 0, &solo[i], &e), DRAMA_OK);
+        assert_int_equal(dr_tower_cache_create(&f->tower, 0, &many[i], &e), DRAMA_OK);
+        if (lens[i]) {
+            assert_int_equal(dr_tower_forward(&f->tower, solo[i], lens[i], f->h, f->codes, f->mask, NULL, NULL, NULL, &e), 0);
+            assert_int_equal(dr_tower_forward(&f->tower, many[i], lens[i], f->h, f->codes, f->mask, NULL, NULL, NULL, &e), 0);
+        }
+        memcpy(h + i * f->D, f->h + (int64_t)(lens[i] + 1) * f->D, (size_t)f->D * sizeof(float));
+        if (dr_tower_generate(&f->tower, solo[i], h + i * f->D, c0[i], pick_argmax1, NULL, want[i],
+                              wh + (int64_t)i * (NC - 1) * HV, NULL, &e))
+            fail_msg("%s", e.message);
+    }
+    drama_status rs[3];
+    if (dr_tower_generate_many(&f->tower, many, 3, h, c0, pick_max, NULL, got, gh, rs, NULL, pool, &e))
+        fail_msg("%s", e.message);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rs[i], DRAMA_OK);
+        assert_memory_equal(want[i], got + i * NC, (size_t)NC * sizeof(int32_t));
+        assert_int_equal(many[i]->len, lens[i] + 1);
+    }
+    assert_memory_equal(wh, gh, (size_t)3 * (NC - 1) * HV * sizeof(float));
+    /* row 1 gets a NaN input: it alone fails, the others still equal their solo runs */
+    for (int i = 0; i < 3; i++) dr_tower_cache_truncate(many[i], lens[i]);
+    h[1 * f->D + 2] = NAN;
+    drama_error errs[3] = {{0}, {0}, {0}};
+    assert_int_equal(dr_tower_generate_many(&f->tower, many, 3, h, c0, pick_max, NULL, got, NULL, rs, errs, pool, &e), 0);
+    assert_int_equal(rs[1], DRAMA_ENUMERIC);
+    assert_non_null(strstr(errs[1].message, "not finite"));
+    assert_int_equal(rs[0], DRAMA_OK);
+    assert_int_equal(rs[2], DRAMA_OK);
+    assert_memory_equal(want[0], got, (size_t)NC * sizeof(int32_t));
+    assert_memory_equal(want[2], got + 2 * NC, (size_t)NC * sizeof(int32_t));
+    for (int i = 0; i < 3; i++) {
+        dr_tower_cache_free(solo[i]);
+        dr_tower_cache_free(many[i]);
+    }
+    dr_pool_free(pool);
+    free(wh); free(gh); free(h);
+}
+
 /* Findings mode: every tower problem is reported, not only the first. */
 typedef struct hide_ctx {
     shards *sh;
@@ -276,6 +347,7 @@ int main(void) {
         cmocka_unit_test(test_generate_matches_teacher_forced),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_findings_collect_all),
+        cmocka_unit_test(test_generate_many),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
