@@ -19,7 +19,10 @@ g=$(jq .phases.generate.peak_rss_bytes lm.json); d=$(jq .phases.decode.peak_rss_
 rg=$(jq .phases.generate.peak_rss_bytes rs.json); rd=$(jq .phases.decode.peak_rss_bytes rs.json)
 echo "low-memory: generate peak $g, decode peak $d; resident: generate peak $rg, decode peak $rd"
 [ "$d" -gt 0 ] && [ "$g" -gt 0 ] || fail "peaks not measured"
-[ $((d * 2)) -lt "$g" ] || fail "low-memory decode peak $d is not well below the generate peak $g"
-[ $((rd * 2)) -gt "$rg" ] || fail "without --low-memory the weights should stay resident while decoding"
+# Compare the drop with the weights' size (absolute RSS differs by build: ASan adds shadow memory).
+w=$(cat big/model-*.safetensors | wc -c)
+echo "weights $w bytes"
+[ $((g - d)) -gt $((w / 2)) ] || fail "low-memory: decode peak $d is not at least half the weights ($w) below the generate peak $g"
+[ $((rg - rd)) -lt $((w / 2)) ] || fail "without --low-memory the weights should stay resident while decoding ($rg -> $rd)"
 ok "low-memory: decode peak $((d >> 20)) MiB vs generate peak $((g >> 20)) MiB (resident mode decodes at $((rd >> 20)) MiB)"
 echo PASS
