@@ -154,6 +154,9 @@ static drama_status run(run_ctx *c, drama_error *err) {
     if (st != DRAMA_OK) goto out;
     c->n_batches = text.n_batches;
     c->res->n_batches = text.n_batches;
+    /* Progress target over the whole request: the exact count, else the cap of every batch. */
+    if (q->frames <= 0)
+        c->frames_target = (int64_t)(q->frames_per_batch > 0 ? q->frames_per_batch : q->max_frames) * text.n_batches;
 
     st = encode_references(c, &refs, err);
     if (st != DRAMA_OK) goto out;
@@ -253,7 +256,6 @@ drama_status dr_pl_run(drama_session *s, const drama_request *req, drama_audio_f
     c.clock.phase = -1;
     c.clock.t_request = dr_clock_s();
     c.frames_target = req->frames > 0 ? req->frames : req->max_frames;
-    if (req->frames_per_batch > 0) c.frames_target = req->frames_per_batch; /* per batch */
     res->seed = req->seed_set ? req->seed : dr_pl_random_seed();
     res->sample_rate = c.m->sample_rate;
     res->samples_per_frame = c.m->samples_per_frame;
