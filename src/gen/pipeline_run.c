@@ -188,6 +188,10 @@ static drama_status run(run_ctx *c, drama_error *err) {
     if (st != DRAMA_OK) goto out;
     for (int b = 0; b < text.n_batches; b++) {
         c->batch = b;
+        if (cancelled(c)) {
+            st = dr_fail(err, DRAMA_ECANCELLED, "cancelled before batch %d (%lld frames)", b, (long long)c->n_frames);
+            goto out;
+        }
         int64_t prompt_rows = 0;
         int64_t budget = q->frames > 0 ? q->frames - c->n_frames : q->frames_per_batch; /* 0 = until the end token */
         int64_t ahead = budget > 0 && budget < q->max_frames ? budget : q->max_frames;
