@@ -1,0 +1,62 @@
+/* cuda_internal.h - what cuda_backend.cu (host API) and matvec.cu (kernels) share. C++ only. */
+#ifndef DRAMA_BACKEND_CUDA_INTERNAL_H
+#define DRAMA_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+/* Kernel-side format ids: AFFINE splits by bit width (chunk geometry differs). */
+enum mv_fmt { MV_F32, MV_F16, MV_BF16, MV_FP8_BLOCK, MV_FP8_TENSOR, MV_NVFP4, MV_AFF4, MV_AFF8, MV_NFMT };
+
+/* Scale element types on the device. */
+enum mv_sdt { MV_S_F32 = 0, MV_S_BF16 = 1, MV_S_F16 = 2 };
+
+struct dr_cuda {
+    dr_cuda_info info;
+    cudaStream_t stream;
+};
+
+struct dr_cuda_weight {
+    dr_cuda *ctx;
+    int fmt;             /* mv_fmt */
+    int64_t rows, cols;
+    uint8_t *data;       /* rows x pitch, rows 16-byte aligned, zero padded */
+    size_t pitch;
+    uint8_t *scales;     /* as stored, contiguous (FP8_BLOCK, NVFP4, AFFINE) */
+    uint8_t *biases;     /* AFFINE */
+    int scale_dt;        /* mv_sdt */
+    int64_t scale_cols;
+    float global_scale;
+    int block_rows, block_cols, group;
+    size_t device_bytes;
+    char name[96];
+};
+
+/* One product of a launch. */
+struct mv_job {
+    const uint8_t *data;
+    const uint8_t *scales;
+    const uint8_t *biases;
+    const float *x;
+    float *y;
+    int64_t pitch;
+    int64_t r0, r1, n, cols, scale_cols;
+    float global_scale;
+    int scale_dt, block_rows, block_cols, group;
+    int x_vec; /* x rows are 16-byte aligned and cols % 4 == 0: float4 loads */
+};
+
+struct mv_batch {
+    mv_job job[DR_CUDA_MAX_BATCH];
+    int count;
+    int64_t max_rows; /* largest r1 - r0 over the jobs */
+    int64_t max_n;
+};
+
+/* Launches one kernel for all jobs of b (same fmt). Returns the launch error. */
+cudaError_t dr_cuda_launch_matvec(int fmt, const mv_batch *b, cudaStream_t stream);
+
+#endif
