@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/path.h"
 #include "codec/codec.h"
 #include "codec/internal.h"
 
@@ -258,7 +259,8 @@ drama_status dr_codec_config_parse(const char *text, size_t len, const char *lab
 }
 
 drama_status dr_codec_config_read(const char *path, dr_codec_config *c, drama_error *err) {
-    FILE *f = fopen(path, "rb");
+    char link_target[4096];
+    FILE *f = fopen(dr_path_follow_placeholder(path, link_target, sizeof link_target), "rb");
     if (!f) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %m", path);
     char *buf = NULL;
     size_t n = 0, cap = 0;

@@ -328,6 +328,7 @@ static void warn_unreferenced(dr_ckpt *c) {
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!ends_with(e->d_name, ".safetensors")) continue;
+        if (!strcmp(e->d_name, "codec.safetensors")) continue; /* the codec's own file, not a shard */
         int used = 0;
         for (int i = 0; i < c->nshards && !used; i++) used = !strcmp(c->shard_names[i], e->d_name);
         if (!used) add_warning(c, "%s: '%s' is not referenced by the index and is ignored", c->dir, e->d_name);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/path.h"
 #include "io/unpickle.h"
 
 typedef struct zentry {
@@ -320,7 +321,8 @@ drama_status dr_pth_open_memory(const void *data, size_t size, const char *label
 
 drama_status dr_pth_open(const char *path, dr_pth **out, drama_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char link_target[4096];
+    int fd = open(dr_path_follow_placeholder(path, link_target, sizeof link_target), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %m", path);
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

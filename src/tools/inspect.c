@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/loader.h"
 #include "model/tower.h"
+#include "base/path.h"
 #include "tools/inspect.h"
 #include "tools/inspect_internal.h"
 
@@ -246,8 +247,9 @@ static void tower_failure(dr_loader *ld, const char *msg) {
 
 static void print_template(const char *dir, int max_bytes, FILE *out) {
     char path[PATH_MAX];
+    char link_target[PATH_MAX];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(dr_path_follow_placeholder(path, link_target, sizeof link_target), "rb");
     fprintf(out, "## chat template\n\n");
     if (!f) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
