@@ -12,12 +12,15 @@
 #include "num/weight.h"
 #include "tools/contract_internal.h"
 
-enum { F_F32, F_F16, F_BF16, F_FP8B, F_FP8T, F_NVFP4, F_AFF4, F_AFF8, F_COUNT };
-static const char *const k_names[F_COUNT] = {"matmul.f32",       "matmul.f16",   "matmul.bf16",
-                                             "matmul.fp8_block", "matmul.fp8_tensor", "matmul.nvfp4",
-                                             "matmul.affine4",   "matmul.affine8"};
+/* affine4 / affine8 use groups 64 / 32 (MLX defaults); the _g entries cover the other group sizes */
+enum { F_F32, F_F16, F_BF16, F_FP8B, F_FP8T, F_NVFP4, F_AFF4, F_AFF8, F_AFF4_G32, F_AFF4_G128, F_AFF8_G128,
+       F_COUNT };
+static const char *const k_names[F_COUNT] = {"matmul.f32",         "matmul.f16",          "matmul.bf16",
+                                             "matmul.fp8_block",   "matmul.fp8_tensor",   "matmul.nvfp4",
+                                             "matmul.affine4",     "matmul.affine8",      "matmul.affine4_g32",
+                                             "matmul.affine4_g128", "matmul.affine8_g128"};
 
-enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL };
+enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL, C_GROUP_OFF_BY_ONE };
 
 /* ---- weights built from an fp32 source with the encoders; own their bytes ---- */
 
@@ -32,7 +35,18 @@ static void ct_w_free(ct_w *t) {
 }
 
 /* Input width granule of a format (NVFP4 blocks, affine groups). */
-static int64_t granule(int f) { return f == F_NVFP4 ? 16 : f == F_AFF4 ? 64 : f == F_AFF8 ? 32 : 1; }
+static int64_t granule(int f) {
+    switch (f) {
+    case F_NVFP4: return 16;
+    case F_AFF4: return 64;
+    case F_AFF8:
+    case F_AFF4_G32: return 32;
+    case F_AFF4_G128:
+    case F_AFF8_G128: return 128;
+    default: return 1;
+    }
+}
+static int affine_bits(int f) { return f == F_AFF4 || f == F_AFF4_G32 || f == F_AFF4_G128 ? 4 : 8; }
 
 static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t cols) {
     memset(t, 0, sizeof *t);
@@ -105,8 +119,11 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
         break;
     }
     case F_AFF4:
-    case F_AFF8: {
-        int bits = f == F_AFF4 ? 4 : 8, g = (int)granule(f);
+    case F_AFF8:
+    case F_AFF4_G32:
+    case F_AFF4_G128:
+    case F_AFF8_G128: {
+        int bits = affine_bits(f), g = (int)granule(f);
         int64_t sc = cols / g;
         t->bytes[0] = malloc((size_t)n * (size_t)bits / 8);
         t->bytes[1] = malloc((size_t)(rows * sc) * 2);
@@ -253,6 +270,18 @@ static void run_control(const dr_weight *w, const float *x, int64_t n, float *y,
                 uint8_t code = (c % 2) ? (uint8_t)(rb[c / 2] & 15) : (uint8_t)(rb[c / 2] >> 4);
                 row[c] = dr_e2m1_to_f32(code) * dr_ue4m3_to_f32(w->scales[r * w->scale_cols + c / 16]) *
                          w->global_scale;
+            }
+        } else if (control == C_GROUP_OFF_BY_ONE && w->fmt == DR_WF_AFFINE) {
+            /* group g + 1 dequantised with the scale and bias of group g */
+            const uint8_t *rb = w->data + (size_t)r * w->row_bytes;
+            int per = 32 / w->bits;
+            for (int64_t c = w->group; c < K; c++) {
+                uint32_t word;
+                memcpy(&word, rb + 4 * (c / per), 4); /* little-endian host, as the kernels */
+                uint32_t q = (word >> (w->bits * (c % per))) & ((1u << w->bits) - 1);
+                int64_t g = r * w->scale_cols + c / w->group - 1;
+                row[c] = dr_weight_load_scale(w->scales, w->scale_dtype, g) * (float)q +
+                         dr_weight_load_scale(w->biases, w->scale_dtype, g);
             }
         }
         for (int64_t i = 0; i < n; i++) {
@@ -426,6 +455,8 @@ int ct_matmul_controls(ct_kernel *out, int max) {
         {F_NVFP4, C_NIBBLE_SWAP, "E2M1 nibbles read high-first"},
         {F_BF16, C_FP16_ACCUM, "fp16 accumulation"},
         {F_F32, C_DROP_TAIL, "drops the last K % 32 columns"},
+        {F_AFF4, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {F_AFF8, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

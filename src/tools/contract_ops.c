@@ -28,7 +28,7 @@ static const char *const op_precision[OP_COUNT] = {
     "exact: the k largest of p >= 0 in descending order, ties to the lower index, -1 when too few",
 };
 
-enum { OC_NONE = 0, OC_NO_EPS, OC_NO_MAX, OC_NO_SHIFT, OC_NO_DECAY, OC_TIES_HIGH };
+enum { OC_NONE = 0, OC_NO_EPS, OC_NO_MAX, OC_NO_SHIFT, OC_NO_DECAY, OC_TIES_HIGH, OC_WRONG_PAIRS, OC_DROP_LAST };
 
 /* fixture kinds */
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
@@ -82,7 +82,14 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
         }
     } else {
         memcpy(y, x, (size_t)n * sizeof *y); /* in place: every element must be rewritten */
-        dr_op_l2norm(y, n, eps, scale);
+        if (k->control == OC_NO_EPS) { /* planted: epsilon left out */
+            double s2 = 0;
+            for (int64_t i = 0; i < n; i++) s2 += (double)x[i] * x[i];
+            float rr = (float)(scale / sqrt(s2));
+            for (int64_t i = 0; i < n; i++) y[i] *= rr;
+        } else {
+            dr_op_l2norm(y, n, eps, scale);
+        }
     }
     char name[96];
     snprintf(name, sizeof name, "%s n=%lld%s", x_kind[kind], (long long)n, wp ? " weighted" : "");
@@ -182,7 +189,9 @@ static void check_rope(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             fill_vec(&s, pi == 3 ? X_RANGE : X_RANDOM, x, dim);
             dr_op_rope_cos_sin(inv, half, pos, cs, sn);
             memcpy(y, x, sizeof x);
-            if (k->variant == OP_ROPE_HALF) dr_op_rope_half(y, half, cs, sn);
+            int as_half = k->variant == OP_ROPE_HALF;
+            if (k->control == OC_WRONG_PAIRS) as_half = !as_half; /* planted: the other pairing */
+            if (as_half) dr_op_rope_half(y, half, cs, sn);
             else dr_op_rope_interleaved(y, half, cs, sn);
             for (int i = 0; i < dim; i++) {
                 ref[i] = x[i];
@@ -250,7 +259,9 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
         alt[j] = h;
     }
     ct_poison(out, hd);
-    dr_op_attend(q, kc, vc, n_pos, stride, hd, scale, scratch, out);
+    /* planted: the newest position left out (an off-by-one cache length) */
+    int64_t used = k->control == OC_DROP_LAST && n_pos > 1 ? n_pos - 1 : n_pos;
+    dr_op_attend(q, kc, vc, used, stride, hd, scale, scratch, out);
     char name[96];
     snprintf(name, sizeof name, "%s n_pos=%lld hd=%d", x_kind[kind], (long long)n_pos, hd);
     ct_compare(res, name, out, ref, tol, hd);
@@ -537,6 +548,10 @@ int ct_ops_kernels(ct_kernel *out, int max) {
 int ct_ops_controls(ct_kernel *out, int max) {
     const struct { int op, control; const char *desc; } c[] = {
         {OP_RMS, OC_NO_EPS, "epsilon left out"},
+        {OP_L2, OC_NO_EPS, "epsilon left out"},
+        {OP_ROPE_HALF, OC_WRONG_PAIRS, "interleaved pairs instead of halves"},
+        {OP_ROPE_INTER, OC_WRONG_PAIRS, "halves instead of interleaved pairs"},
+        {OP_ATTEND, OC_DROP_LAST, "newest cache position left out"},
         {OP_SOFTMAX, OC_NO_MAX, "no max subtraction"},
         {OP_CONV, OC_NO_SHIFT, "window not advanced"},
         {OP_GDN, OC_NO_DECAY, "state decay skipped"},

@@ -17,11 +17,16 @@ n=${BASH_REMATCH[1]} p=${BASH_REMATCH[2]} f=${BASH_REMATCH[3]} c=${BASH_REMATCH[
 [ "$rc" -eq 0 ] || { echo "FAIL: exit status $rc"; exit 1; }
 [ "$f" -eq 0 ] && [ "$m" -eq 0 ] && [ "$p" -eq "$n" ] && [ "$r" -eq "$c" ] || { echo "FAIL: $last"; exit 1; }
 # every stored format has a matmul entry, and the ops of backend/cpu are registered
-for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8; do
+for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 affine4_g128 affine8_g128; do
     grep -q "^PASS matmul.$k " "$out" || { echo "FAIL: matmul.$k missing"; exit 1; }
 done
-for k in rms_norm softmax; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
-[ "$c" -ge 4 ] || { echo "FAIL: fewer than 4 planted controls"; exit 1; }
+ops="rms_norm l2norm softmax rope_half rope_interleaved attend conv_step gdn_step topk"
+for k in $ops; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
+# every op and every quantised matmul format family has a planted control that went red
+for k in $ops matmul.fp8_block matmul.nvfp4 matmul.affine4 matmul.affine8 matmul.bf16 matmul.f32; do
+    grep -q "^RED    control $k " "$out" || { echo "FAIL: no red control for $k"; exit 1; }
+done
+[ "$c" -ge 15 ] || { echo "FAIL: fewer than 15 planted controls"; exit 1; }
 # with the golden data (ctest sets DRAMA_GOLDEN) the format fixtures of quant-units run too
 if [ -f "${DRAMA_GOLDEN:-}/ref/quant-units.safetensors" ]; then
     for k in format.e4m3 format.e2m1 format.bf16 matmul.golden_units; do
