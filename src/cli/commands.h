@@ -13,6 +13,7 @@ int cmd_prompt(int argc, char **argv);      /* cmd_prompt.c */
 int cmd_codec(int argc, char **argv);       /* cmd_codec.c: encode | decode */
 int cmd_synthesize(int argc, char **argv);  /* cmd_synthesize.c */
 int cmd_contract(int argc, char **argv);    /* cmd_contract.c */
+int cmd_optimize(int argc, char **argv);    /* cmd_optimize.c */
 
 /* Exit statuses shared by all commands. */
 enum {
