@@ -6,6 +6,7 @@
  * DIR holds codec.pth or codec.safetensors (and codec.json when its hyperparameters differ from
  * the real codec's). Codes read from a file are range-checked (an out-of-range code is an input
  * error, never clamped). Outputs are published atomically (temporary file + rename). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,9 @@ static int parse(int argc, char **argv, args *a) {
         } else if (!strcmp(s, "--max-seconds") && i + 1 < argc) {
             char *end;
             a->max_seconds = strtod(argv[++i], &end);
-            if (*end || a->max_seconds == 0) return fprintf(stderr, "drama codec: bad --max-seconds '%s'\n", argv[i]), 0;
+            if (end == argv[i] || *end || a->max_seconds == 0 || isnan(a->max_seconds) || isinf(a->max_seconds))
+                return fprintf(stderr, "drama codec: bad --max-seconds '%s' (seconds, nonzero and finite; negative: no cap)\n",
+                               argv[i]), 0;
         } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);
             exit(DR_EXIT_OK);

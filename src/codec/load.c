@@ -728,5 +728,15 @@ static drama_status derive(const named *tab, int64_t n, dr_codec_config *cf, cha
         cf->upper_clamp[0] = cf->semantic_codebook_size - 1;
         for (int k = 1; k < cf->num_codebooks && k < DR_CODEC_MAX_BOOKS; k++) cf->upper_clamp[k] = cf->codebook_size - 1;
     }
+    /* the decoder indexes its tables with clamped codes: a clamp past the codebook would read
+     * outside them (the reference would fail there too) */
+    for (int k = 0; k < cf->num_codebooks && k < DR_CODEC_MAX_BOOKS; k++) {
+        int size = k == 0 ? cf->semantic_codebook_size : cf->codebook_size;
+        if (cf->upper_clamp[k] > size - 1) {
+            snprintf(why, whylen, "codec.json codes.decode_upper_clamp[%d] = %d is past the codebook (%d entries)", k,
+                     cf->upper_clamp[k], size);
+            return DRAMA_ESHAPE;
+        }
+    }
     return DRAMA_OK;
 }

@@ -35,10 +35,15 @@ static drama_status read_sf(SNDFILE *sf, const SF_INFO *info, const char *label,
                             float **samples, int64_t *n, drama_error *err) {
     int target = o && o->target_rate > 0 ? o->target_rate : 44100;
     double cap = o && o->max_seconds != 0 ? o->max_seconds : 30.0;
+    if (isnan(cap) || isinf(cap)) /* a NaN cap would silently disable the check */
+        return dr_fail(err, DRAMA_EINVAL, "%s: the duration cap must be a finite number of seconds (negative: none)", label);
     if (info->channels < 1 || info->samplerate < 1)
         return dr_fail(err, DRAMA_EFORMAT, "%s: bad audio header (%d channels, %d Hz)", label, info->channels,
                        info->samplerate);
     if (info->frames <= 0) return dr_fail(err, DRAMA_EEMPTY, "%s: the audio has no samples", label);
+    /* libsndfile reports SF_COUNT_MAX when the header gives no length (a truncated Ogg, a pipe) */
+    if (info->frames >= SF_COUNT_MAX / 2)
+        return dr_fail(err, DRAMA_EFORMAT, "%s: the file states no length (truncated or corrupt?)", label);
     double secs = (double)info->frames / info->samplerate;
     if (cap > 0 && secs > cap)
         return dr_fail(err, DRAMA_EINVAL, "%s: %.2f s of audio is longer than the %.2f s cap", label, secs, cap);
@@ -55,6 +60,12 @@ static drama_status read_sf(SNDFILE *sf, const SF_INFO *info, const char *label,
     if (got <= 0) {
         free(inter), free(mono);
         return dr_fail(err, DRAMA_EFORMAT, "%s: could not decode any samples (%s)", label, sf_strerror(sf));
+    }
+    /* a decoder error part way (a truncated FLAC loses sync) must not yield a silently shortened clip */
+    if (got < frames && sf_error(sf)) {
+        free(inter), free(mono);
+        return dr_fail(err, DRAMA_EFORMAT, "%s: decoding stopped after %lld of %lld frames (truncated or corrupt?): %s",
+                       label, (long long)got, (long long)frames, sf_strerror(sf));
     }
     frames = got;
     for (int64_t i = 0; i < frames; i++) {

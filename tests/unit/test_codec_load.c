@@ -338,6 +338,12 @@ static void test_bad_tensor_sets(void **state) {
     const char *j = "{\"latent_dim\": 32}";
     assert_int_equal(dr_codec_config_parse(j, strlen(j), "x.json", &c2, &e), DRAMA_OK);
     expect_load_fail(&s, &c2, "latent_dim");
+    /* a decode clamp past the codebook would let the decoder read outside its tables */
+    c2 = c;
+    dr_error_clear(&e);
+    j = "{\"codes\": {\"decode_upper_clamp\": [4095, 1023, 1023, 1023, 1023, 1023, 1023, 1023, 1024, 1023]}}";
+    assert_int_equal(dr_codec_config_parse(j, strlen(j), "x.json", &c2, &e), DRAMA_OK);
+    expect_load_fail(&s, &c2, "decode_upper_clamp[8] = 1024");
     dr_codec_config_default(&c2);
     expect_load_fail(&s, &c2, "wqkv");
     free_set(&s);

@@ -118,7 +118,36 @@ static void test_bad_inputs(void **state) {
     o.max_seconds = -1; /* no cap */
     assert_int_equal(dr_audio_read(path, &o, &y, &n, &e), DRAMA_OK);
     assert_int_equal(n, 2 * 44100);
-    free(y), free(x);
+    free(y);
+    /* a non-finite cap is refused (NaN would silently disable it) */
+    o.max_seconds = NAN;
+    dr_error_clear(&e);
+    assert_int_equal(dr_audio_read(path, &o, &y, &n, &e), DRAMA_EINVAL);
+    printf("%s\n", e.message);
+    assert_non_null(strstr(e.message, "finite"));
+    o.max_seconds = INFINITY;
+    assert_int_equal(dr_audio_read(path, &o, &y, &n, &e), DRAMA_EINVAL);
+    /* truncated compressed files: an error, never a silently shortened clip */
+    for (int i = 0; i < 2 * 8000; i++) x[i] = 0.3f * sinf(0.01f * (float)i) + 0.05f * sinf(0.37f * (float)(i * i % 1009));
+    static const int fmts[2] = {SF_FORMAT_FLAC | SF_FORMAT_PCM_16, SF_FORMAT_OGG | SF_FORMAT_VORBIS};
+    for (int f = 0; f < 2; f++) {
+        snprintf(path, sizeof path, "%s/whole.%s", dir, f ? "ogg" : "flac");
+        write_audio(path, fmts[f], 8000, 1, x, 2 * 8000);
+        size_t len;
+        char *bytes = tu_read_file(path, &len);
+        snprintf(path, sizeof path, "%s/half.%s", dir, f ? "ogg" : "flac");
+        tu_write_file(path, bytes, len / 2);
+        dr_error_clear(&e);
+        assert_int_equal(dr_audio_read(path, NULL, &y, &n, &e), DRAMA_EFORMAT);
+        assert_null(y);
+        printf("%s\n", e.message);
+        assert_non_null(strstr(e.message, "half."));
+        dr_error_clear(&e);
+        assert_int_equal(dr_audio_read_memory(bytes, len / 2, "upload", NULL, &y, &n, &e), DRAMA_EFORMAT);
+        assert_null(y);
+        free(bytes);
+    }
+    free(x);
     tu_rm_rf(dir);
 }
 
