@@ -221,9 +221,23 @@ static void test_other_shapes(void **s) {
                        "--head-dim 32 --partial-rotary 0.5 --linear-key-heads 2 --linear-key-dim 24 "
                        "--linear-value-heads 6 --linear-value-dim 16 --conv-kernel 3 --num-experts 12 --top-k 3 "
                        "--moe-inter 80 --shared-inter 48 --codec none --seed 11";
-    const char *variants[][2] = {{"bf16", "--experts bf16"}, {"fused", "--experts bf16 --layout fused"},
-                                 {"fp8", "--experts fp8"},   {"nvfp4", "--experts nvfp4 --prune 5 --shards 3"},
-                                 {"q4", "--experts q4 --q4-group 32 --moe-inter 64"}};
+    /* same_as: a variant whose logits must be bit-identical (same weights, other layout/sharding) */
+    const struct { const char *tag, *args; int same_as; } variants[] = {
+        {"bf16", "--experts bf16", -1},
+        {"fused", "--experts bf16 --layout fused", 0},
+        {"single", "--experts bf16 --shards 1", 0}, /* becomes a lone model.safetensors, no index */
+        {"fp8", "--experts fp8", -1},
+        {"nvfp4", "--experts nvfp4 --prune 5 --shards 3", -1},
+        {"bf16_pruned", "--experts bf16 --prune 4 --shards 2", -1},
+        /* make-model writes the fused layout in BF16 only; fused quantised slices: test_num_weight_bad */
+        {"bf16_pruned_fused", "--experts bf16 --prune 4 --layout fused --shards 3", 5},
+        {"q4", "--experts q4 --q4-group 32 --moe-inter 64", -1},
+        /* group 128 needs widths that are multiples of 128 */
+        {"q4_g128", "--experts q4 --q4-group 128 --hidden 128 --moe-inter 128 --shared-inter 128", -1},
+    };
+    enum { NV = sizeof variants / sizeof variants[0] };
+    float *logits[NV] = {0};
+    int64_t nlog[NV] = {0};
     /* rows from the generated config: semantic_start_token_id and num_codebooks */
     snprintf(cmd, sizeof cmd, "'%s' make-model '%s/bf16' %s --experts bf16 >/dev/null 2>&1", bin(), dir, dims);
     assert_int_equal(run_cmd(cmd), 0);
@@ -251,35 +265,43 @@ static void test_other_shapes(void **s) {
         fprintf(f, "], \"prefill\": %d}\n", pass ? 12 : 7);
         fclose(f);
     }
-    float *ref = NULL;
-    int64_t nref = 0;
-    for (int v = 0; v < 5; v++) {
-        snprintf(mdir, sizeof mdir, "%s/%s", dir, variants[v][0]);
+    for (int v = 0; v < NV; v++) {
+        snprintf(mdir, sizeof mdir, "%s/%s", dir, variants[v].tag);
         if (v > 0) {
-            snprintf(cmd, sizeof cmd, "'%s' make-model '%s' %s %s >/dev/null 2>&1", bin(), mdir, dims, variants[v][1]);
+            snprintf(cmd, sizeof cmd, "'%s' make-model '%s' %s %s >/dev/null 2>&1", bin(), mdir, dims, variants[v].args);
             assert_int_equal(run_cmd(cmd), 0);
         }
+        if (!strcmp(variants[v].tag, "single")) { /* a single model.safetensors without an index */
+            char from[4400], to[4400];
+            snprintf(from, sizeof from, "%s/model.safetensors.index.json", mdir);
+            assert_int_equal(remove(from), 0);
+            snprintf(from, sizeof from, "%s/model-00001-of-00001.safetensors", mdir);
+            snprintf(to, sizeof to, "%s/model.safetensors", mdir);
+            assert_int_equal(rename(from, to), 0);
+        }
         int64_t n1, n2;
-        float *a = run_forward(dir, mdir, rows, variants[v][0], &n1);
+        float *a = run_forward(dir, mdir, rows, variants[v].tag, &n1);
         char tag[64];
-        snprintf(tag, sizeof tag, "%s_all", variants[v][0]);
+        snprintf(tag, sizeof tag, "%s_all", variants[v].tag);
         float *b = run_forward(dir, mdir, rows_all, tag, &n2);
         assert_int_equal(n1, n2);
         assert_memory_equal(a, b, (size_t)n1 * sizeof(float)); /* prefill == prefill + steps */
-        if (v == 0) {
-            ref = a;
-            nref = n1;
-        } else {
-            if (v == 1) { /* same weights, fused layout */
-                assert_int_equal(n1, nref);
-                assert_memory_equal(a, ref, (size_t)n1 * sizeof(float));
-            }
-            free(a);
+        int same = variants[v].same_as;
+        if (same >= 0) { /* same weights, other layout or file layout */
+            assert_int_equal(n1, nlog[same]);
+            assert_memory_equal(a, logits[same], (size_t)n1 * sizeof(float));
         }
+        if (v > 0 && same < 0 && nlog[0] == n1) { /* other weights: the logits must differ */
+            double d = 0;
+            for (int64_t i = 0; i < n1; i++) d = fmax(d, fabs((double)a[i] - logits[0][i]));
+            assert_true(d > 0);
+        }
+        logits[v] = a;
+        nlog[v] = n1;
         free(b);
-        printf("other shape, %s: ok\n", variants[v][0]);
+        printf("other shape, %s: ok\n", variants[v].tag);
     }
-    free(ref);
+    for (int v = 0; v < NV; v++) free(logits[v]);
     tu_rm_rf(dir);
 }
 
