@@ -6,10 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "num/formats.h"
+#include "num/quant.h"
 #include "num/weight.h"
 
 static uint8_t buf[4096];
@@ -177,10 +179,100 @@ static void test_fused_slices_and_rows(void **state) {
     printf("ok: %s\n", e.message);
 }
 
+/* Fused 3-D quantised tensors (held-out layouts: FP8 blocks over a ragged row count, NVFP4 with a
+ * per-expert global scale, MLX affine 4/8 bit at groups 32 and 128): slice e dequantises exactly as
+ * expert e encoded and bound on its own. */
+static void check_fused_equals_alone(const dr_tensor *w3, const dr_tensor *s3, const dr_tensor *s23,
+                                     const dr_tensor *b3, const dr_tensor *w2, const dr_tensor *s2,
+                                     const dr_tensor *s22, const dr_tensor *b2, int64_t ex, int64_t cols) {
+    drama_error e = {0};
+    dr_weight f, a;
+    if (dr_weight_bind_ex(w3, s3, s23, b3, ex, 0, 0, cols, &f, &e) != DRAMA_OK) fail_msg("fused: %s", e.message);
+    if (dr_weight_bind_ex(w2, s2, s22, b2, -1, 0, 0, cols, &a, &e) != DRAMA_OK) fail_msg("alone: %s", e.message);
+    assert_int_equal(f.fmt, a.fmt);
+    assert_int_equal(f.rows, a.rows);
+    assert_int_equal(f.cols, cols);
+    float *rf = malloc((size_t)cols * sizeof *rf), *ra = malloc((size_t)cols * sizeof *ra);
+    for (int64_t r = 0; r < f.rows; r++) {
+        dr_weight_dequant_row(&f, r, rf);
+        dr_weight_dequant_row(&a, r, ra);
+        assert_memory_equal(rf, ra, (size_t)cols * sizeof *rf);
+    }
+    free(rf), free(ra);
+}
+
+static void test_fused_quantised(void **state) {
+    (void)state;
+    enum { E = 3, R = 160, C = 256 };
+    float *src = malloc((size_t)E * R * C * sizeof *src);
+    for (int64_t i = 0; i < (int64_t)E * R * C; i++) src[i] = (float)sin(0.37 * (double)i) * (1.0f + (float)(i % 7));
+    drama_error e = {0};
+    /* block FP8: 160 rows = one full and one partial 128-row block */
+    uint8_t *codes = malloc((size_t)E * R * C);
+    float *sc = malloc((size_t)E * 2 * 2 * sizeof *sc);
+    for (int ex = 0; ex < E; ex++)
+        assert_int_equal(dr_quant_fp8_block(src + (size_t)ex * R * C, R, C, 128, 128, codes + (size_t)ex * R * C,
+                                            sc + ex * 4, &e), DRAMA_OK);
+    dr_tensor w3 = T("f.experts.down_proj", DR_DT_F8_E4M3, 3, E, R, C, codes);
+    dr_tensor s3 = T("f.experts.down_proj_scale_inv", DR_DT_F32, 3, E, 2, 2, (const uint8_t *)sc);
+    for (int ex = 0; ex < E; ex++) {
+        dr_tensor w2 = T("f.w", DR_DT_F8_E4M3, 2, R, C, 0, codes + (size_t)ex * R * C);
+        dr_tensor s2 = T("f.w_scale_inv", DR_DT_F32, 2, 2, 2, 0, (const uint8_t *)(sc + ex * 4));
+        check_fused_equals_alone(&w3, &s3, NULL, NULL, &w2, &s2, NULL, NULL, ex, C);
+    }
+    /* NVFP4, global scale per expert ([E]) */
+    uint8_t *packed = malloc((size_t)E * R * C / 2), *nsc = malloc((size_t)E * R * C / 16);
+    float gs[E];
+    for (int ex = 0; ex < E; ex++) {
+        const float *x = src + (size_t)ex * R * C;
+        gs[ex] = dr_quant_nvfp4_global_scale(dr_quant_amax(x, (int64_t)R * C));
+        assert_int_equal(dr_quant_nvfp4(x, R, C, gs[ex], packed + (size_t)ex * R * C / 2,
+                                        nsc + (size_t)ex * R * C / 16, &e), DRAMA_OK);
+    }
+    dr_tensor p3 = T("n.experts.down_proj", DR_DT_U8, 3, E, R, C / 2, packed);
+    dr_tensor ns3 = T("n.experts.down_proj_scale", DR_DT_F8_E4M3, 3, E, R, C / 16, nsc);
+    dr_tensor g3 = T("n.experts.down_proj_scale_2", DR_DT_F32, 1, E, 0, 0, (const uint8_t *)gs);
+    for (int ex = 0; ex < E; ex++) {
+        dr_tensor p2 = T("n.w", DR_DT_U8, 2, R, C / 2, 0, packed + (size_t)ex * R * C / 2);
+        dr_tensor ns2 = T("n.w_scale", DR_DT_F8_E4M3, 2, R, C / 16, 0, nsc + (size_t)ex * R * C / 16);
+        dr_tensor g2 = T("n.w_scale_2", DR_DT_F32, 0, 0, 0, 0, (const uint8_t *)(gs + ex));
+        check_fused_equals_alone(&p3, &ns3, &g3, NULL, &p2, &ns2, &g2, NULL, ex, C);
+    }
+    /* MLX affine: 4 and 8 bits at groups 32 and 128 (scales/biases BF16) */
+    const int cfgs[][2] = {{4, 32}, {4, 128}, {8, 32}, {8, 128}};
+    for (int ci = 0; ci < 4; ci++) {
+        int bits = cfgs[ci][0], g = cfgs[ci][1];
+        int64_t wc = C * bits / 32, gc = C / g;
+        uint8_t *words = malloc((size_t)E * R * wc * 4), *as = malloc((size_t)E * R * gc * 2);
+        uint8_t *ab = malloc((size_t)E * R * gc * 2);
+        for (int ex = 0; ex < E; ex++)
+            assert_int_equal(dr_quant_affine(src + (size_t)ex * R * C, R, C, bits, g, DR_DT_BF16,
+                                             words + (size_t)ex * R * wc * 4, as + (size_t)ex * R * gc * 2,
+                                             ab + (size_t)ex * R * gc * 2, &e), DRAMA_OK);
+        dr_tensor q3 = T("q.experts.down_proj", DR_DT_U32, 3, E, R, wc, words);
+        dr_tensor qs3 = T("q.experts.down_proj.scales", DR_DT_BF16, 3, E, R, gc, as);
+        dr_tensor qb3 = T("q.experts.down_proj.biases", DR_DT_BF16, 3, E, R, gc, ab);
+        for (int ex = 0; ex < E; ex++) {
+            dr_tensor q2 = T("q.w", DR_DT_U32, 2, R, wc, 0, words + (size_t)ex * R * wc * 4);
+            dr_tensor qs2 = T("q.w.scales", DR_DT_BF16, 2, R, gc, 0, as + (size_t)ex * R * gc * 2);
+            dr_tensor qb2 = T("q.w.biases", DR_DT_BF16, 2, R, gc, 0, ab + (size_t)ex * R * gc * 2);
+            check_fused_equals_alone(&q3, &qs3, NULL, &qb3, &q2, &qs2, NULL, &qb2, ex, C);
+        }
+        dr_weight f;
+        assert_int_equal(dr_weight_bind_ex(&q3, &qs3, NULL, &qb3, 1, 0, 0, C, &f, &e), DRAMA_OK);
+        assert_int_equal(f.bits, bits);
+        assert_int_equal(f.group, g);
+        free(words), free(as), free(ab);
+    }
+    printf("ok: fused FP8 block, NVFP4, affine 4/8 bit at groups 32/128 slice == alone\n");
+    free(src), free(codes), free(sc), free(packed), free(nsc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bind_errors),
         cmocka_unit_test(test_fused_slices_and_rows),
+        cmocka_unit_test(test_fused_quantised),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
