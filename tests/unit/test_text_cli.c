@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "text/tokenizer.h"
 
 static const char *bin(void) {
     const char *b = getenv("DRAMA_BIN");
@@ -180,8 +181,122 @@ static void exit_statuses(void **state) {
     free(out);
 }
 
+/* Encode one literal segment with the library and append its text rows [id, 0, ...] to `want`. */
+static void want_text(dr_tok *tok, const char *seg, json_t *want, int n_codebooks) {
+    dr_ids ids = {0};
+    assert_int_equal(dr_tok_encode(tok, seg, strlen(seg), &ids, NULL), DRAMA_OK);
+    for (int64_t i = 0; i < ids.n; i++) {
+        json_t *row = json_array();
+        json_array_append_new(row, json_integer(ids.data[i]));
+        for (int k = 0; k < n_codebooks; k++) json_array_append_new(row, json_integer(0));
+        json_array_append_new(want, row);
+    }
+    dr_ids_free(&ids);
+}
+
+/* A model written by `drama make-model` with another shape (4 codebooks) and speaker tags that are
+ * not tokens (plain text split by BPE, the S2-Pro case): its tokenizer round-trips any text through
+ * `drama tokenize`, and `drama prompt` with three references and several speakers gives exactly the
+ * rows of TEXT.md 2.1 worked out segment by segment with the library. */
+static void made_model(void **state) {
+    (void)state;
+    if (!bin()) skip();
+    enum { K = 4 };
+    char tmp[1024], dir[1100], cmd[8192], path[1200];
+    snprintf(tmp, sizeof tmp, "%s", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/m", tmp);
+    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --shape custom --codebooks %d --speakers 0 --seed 5 --codec none >/dev/null",
+             bin(), dir, K);
+    int rc;
+    free(run(cmd, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    dr_tok *tok = NULL;
+    drama_error err = {0};
+    assert_int_equal(dr_tok_load(path, &tok, &err), DRAMA_OK);
+    assert_int_equal(dr_tok_id(tok, "<|speaker:0|>"), -1);
+
+    /* encode + decode through the CLI gives the text back (NFC input) */
+    const char *text = "<|speaker:0|>Grüße, 你好。 [whispering] (laughs) 👩‍👩‍👧 \"ok?\"\n<|speaker:2|>¿Qué tal? مرحبا  ";
+    char text_path[1200], ids_path[1200];
+    snprintf(text_path, sizeof text_path, "%s/text.txt", tmp);
+    snprintf(ids_path, sizeof ids_path, "%s/ids.json", tmp);
+    tu_write_file(text_path, text, strlen(text));
+    snprintf(cmd, sizeof cmd, "'%s' tokenize --tokenizer '%s' --text-file '%s' > '%s' && '%s' tokenize --tokenizer '%s' --decode --text-file '%s'",
+             bin(), dir, text_path, ids_path, bin(), dir, ids_path);
+    char *back = run(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(back, text);
+    free(back);
+
+    /* three references (the third transcript carries its own tag), two speakers in the text */
+    const char *transcripts[3] = {"First voice.", "Second, 第二。", "<|speaker:1|>Third."};
+    const int frames[3] = {2, 1, 3};
+    char codes_path[3][1200], ref_path[3][1200];
+    json_t *want = json_array();
+    want_text(tok, "<|im_start|>system\n", want, K);
+    want_text(tok, "convert the provided text to speech reference to the following:\n\nText:\n", want, K);
+    want_text(tok, "<|speaker:0|>First voice.\n<|speaker:1|>Second, 第二。\n<|speaker:1|>Third.", want, K);
+    want_text(tok, "\n\nSpeech:\n", want, K);
+    int32_t S = dr_tok_id(tok, "<|semantic:0|>");
+    assert_true(S >= 0);
+    int n = snprintf(cmd, sizeof cmd, "'%s' prompt --model '%s' --text '<|speaker:0|>Hi there. <|speaker:1|>Hello!'", bin(), dir);
+    for (int r = 0; r < 3; r++) {
+        json_t *codes = json_array();
+        for (int f = 0; f < frames[r]; f++) {
+            json_t *frame = json_array(), *row = json_array();
+            for (int k = 0; k < K; k++) json_array_append_new(frame, json_integer(100 * r + 10 * f + k));
+            json_array_append_new(row, json_integer(S + 100 * r + 10 * f));
+            for (int k = 0; k < K; k++) json_array_append_new(row, json_integer(100 * r + 10 * f + k));
+            json_array_append_new(codes, frame);
+            json_array_append_new(want, row);
+        }
+        snprintf(codes_path[r], sizeof codes_path[r], "%s/codes%d.json", tmp, r);
+        snprintf(ref_path[r], sizeof ref_path[r], "%s/ref%d.txt", tmp, r);
+        json_t *doc = json_pack("{so}", "codes", codes);
+        assert_int_equal(json_dump_file(doc, codes_path[r], 0), 0);
+        json_decref(doc);
+        tu_write_file(ref_path[r], transcripts[r], strlen(transcripts[r]));
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " --reference-codes '%s' --reference-text-file '%s'", codes_path[r],
+                      ref_path[r]);
+    }
+    want_text(tok, "<|im_end|>\n", want, K);
+    want_text(tok, "<|im_start|>user\n", want, K);
+    want_text(tok, "<|speaker:0|>Hi there. <|speaker:1|>Hello!", want, K);
+    want_text(tok, "<|im_end|>\n", want, K);
+    want_text(tok, "<|im_start|>assistant\n<|voice|>", want, K);
+    char *out = run(cmd, &rc);
+    assert_int_equal(rc, 0);
+    json_error_t jerr;
+    json_t *got = json_loads(out, 0, &jerr);
+    assert_non_null(got);
+    int same = json_equal(json_object_get(got, "rows"), want);
+    printf("drama prompt on a made model (%d codebooks, 3 references): %zu rows, as TEXT.md 2.1: %s\n", K,
+           json_array_size(json_object_get(got, "rows")), same ? "yes" : "NO");
+    assert_true(same);
+    assert_int_equal(json_integer_value(json_object_get(got, "prefill")), json_array_size(want));
+    json_decref(got);
+    json_decref(want);
+    free(out);
+
+    /* a reference code outside the model's audio vocabulary, and a speaker tag out of range */
+    snprintf(cmd, sizeof cmd, "printf '{\"codes\": [[1, 2, 3, 99999]]}' > '%s'; '%s' prompt --model '%s' --text hi --reference-codes '%s' --reference-text x 2>&1",
+             codes_path[0], bin(), dir, codes_path[0]);
+    out = run(cmd, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "frame 0 codebook 3"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' prompt --model '%s' --text 'a <|speaker:16|> b' 2>&1", bin(), dir);
+    out = run(cmd, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "invalid_speaker_tag"));
+    free(out);
+    dr_tok_free(tok);
+    tu_rm_rf(tmp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(tokenize_golden), cmocka_unit_test(prompt_golden),
-                                       cmocka_unit_test(exit_statuses)};
+                                       cmocka_unit_test(exit_statuses), cmocka_unit_test(made_model)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
