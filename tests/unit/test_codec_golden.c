@@ -1,5 +1,5 @@
 /* Golden tests of the codec (golden/README.md "Codec"): decode of fixed codes, the decoder's
- * clamp, streaming chunkings (1, 4, 11) bit-identical to the whole decode, encode codes exact,
+ * clamp, streaming chunkings (1, 4, 11; 1, 4, 25, the rest) bit-identical to the whole decode, encode codes exact,
  * intermediates as diagnostics. Bound: waveform max abs 1e-4 (RMSE reported). */
 #include <math.h>
 #include <setjmp.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/pool.h"
 #include "codec/codec.h"
 #include "testutil.h"
 
@@ -131,6 +132,47 @@ static void test_clamp(void **state) {
     free(codes), free(ref), free(out);
 }
 
+/* The chunking of the issue (1, 4, 25, the rest) on a stream longer than the golden one (the
+ * golden codes three times over, so the attention window and every conv history wrap many
+ * times): bit-identical to the whole decode, with and without threads, and its first frames
+ * equal the golden decode (no look-ahead). */
+static void test_stream_1_4_25_rest(void **state) {
+    (void)state;
+    int64_t T0, n0;
+    int32_t *codes0 = load_codes("decode.codes", &T0);
+    float *ref = tu_load_f32(tu_golden(GOLD), "decode.wav", &n0);
+    const dr_codec_config *cf = dr_codec_cfg(g_codec);
+    int64_t K = cf->num_codebooks, FL = cf->frame_length, T = 3 * T0, n = T * FL;
+    assert_true(T > 1 + 4 + 25);
+    int32_t *codes = malloc((size_t)(T * K) * sizeof *codes);
+    for (int r = 0; r < 3; r++) memcpy(codes + r * T0 * K, codes0, (size_t)(T0 * K) * sizeof *codes);
+    float *whole = malloc((size_t)n * sizeof *whole), *st = malloc((size_t)n * sizeof *st);
+    drama_error e = {0};
+    assert_int_equal(dr_codec_decode(g_codec, codes, T, whole, &e), DRAMA_OK);
+    assert_true(tu_report("stream 1/4/25/rest: first frames vs golden", tu_compare_f32(whole, ref, n0), 1e-4));
+    dr_pool *pool = dr_pool_create(2);
+    for (int threads = 0; threads < 2; threads++) {
+        dr_codec_stream *s;
+        assert_int_equal(dr_codec_stream_create(g_codec, &s, &e), DRAMA_OK);
+        dr_codec_stream_set_pool(s, threads ? pool : NULL);
+        int64_t chunks[4] = {1, 4, 25, T - 30}, f = 0;
+        for (int i = 0; i < 4; i++) {
+            if (dr_codec_stream_feed(s, codes + f * K, chunks[i], st + f * FL, &e)) fail_msg("%s", e.message);
+            f += chunks[i];
+        }
+        assert_int_equal(dr_codec_stream_frames(s), T);
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp(&st[i], &whole[i], sizeof *st))
+                fail_msg("threads %d: sample %lld (frame %lld) differs: %.9g vs %.9g", threads, (long long)i,
+                         (long long)(i / FL), st[i], whole[i]);
+        printf("chunks 1/4/25/%lld (%s): %lld samples bit-identical to the whole decode\n", (long long)(T - 30),
+               threads ? "2 threads" : "inline", (long long)n);
+        dr_codec_stream_free(s);
+    }
+    dr_pool_free(pool);
+    free(codes0), free(codes), free(ref), free(whole), free(st);
+}
+
 /* the encoder runs in chunks: gather each intermediate, compare at the end */
 typedef struct gather {
     const char *names[3];
@@ -189,6 +231,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_clamp),
+        cmocka_unit_test(test_stream_1_4_25_rest),
         cmocka_unit_test(test_encode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -297,6 +297,42 @@ static void test_spellings_and_threads(void **state) {
     dr_pth_close(p);
 }
 
+/* A decoder-only load never reads (so never copies) an encoder-side weight: with every one of them
+ * filled with NaN it still loads and decodes bit-identically, while an encoder load refuses them. */
+static void test_decoder_only_skips_encoder(void **state) {
+    (void)state;
+    make_codes();
+    dr_codec_config c;
+    tiny_cfg(&c);
+    dr_pth *p = open_tiny();
+    drama_error e = {0};
+    tset s = copy_set(p, "");
+    float *ref = decode_with(&s, &c, k_codes, 6, NULL, &e);
+    assert_non_null(ref);
+    size_t most = 0;
+    for (int64_t i = 0; i < s.n; i++) most = s.t[i].nbytes > most ? s.t[i].nbytes : most;
+    float *nan = malloc(most);
+    for (size_t k = 0; k < most / 4; k++) nan[k] = NAN;
+    s.bufs[s.nbufs++] = nan;
+    static const char *enc_only[] = {"encoder.", "quantizer.downsample.", "quantizer.pre_module."};
+    int poisoned = 0;
+    for (int64_t i = 0; i < s.n; i++)
+        for (int k = 0; k < 3; k++)
+            if (!strncmp(s.t[i].name, enc_only[k], strlen(enc_only[k]))) s.t[i].data = (const uint8_t *)nan, poisoned++;
+    printf("  %d encoder-side tensors filled with NaN\n", poisoned);
+    assert_true(poisoned > 100);
+    float *out = decode_with(&s, &c, k_codes, 6, NULL, &e);
+    if (!out) fail_msg("%s", e.message);
+    assert_memory_equal(out, ref, (size_t)(6 * c.frame_length) * 4);
+    dr_codec *codec = NULL;
+    assert_int_equal(dr_codec_load(s.t, s.n, &c, DR_CODEC_LOAD_ENCODER, "poisoned", &codec, &e), DRAMA_ESHAPE);
+    printf("  %.160s\n", e.message);
+    assert_non_null(strstr(e.message, "non-finite"));
+    free(out), free(ref);
+    free_set(&s);
+    dr_pth_close(p);
+}
+
 static void expect_load_fail(tset *s, const dr_codec_config *c, const char *needle) {
     dr_codec *codec = NULL;
     drama_error e = {0};
@@ -425,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_real_inventory),            cmocka_unit_test(test_tiny_inventory_equals_pth),
         cmocka_unit_test(test_spellings_and_threads),     cmocka_unit_test(test_bad_tensor_sets),
         cmocka_unit_test(test_open_dir_and_missing),      cmocka_unit_test(test_safetensors_dir),
+        cmocka_unit_test(test_decoder_only_skips_encoder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
