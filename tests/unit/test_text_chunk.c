@@ -207,6 +207,75 @@ static void cjk_and_indivisible(void **state) {
     dr_chunks_free(&c);
 }
 
+/* Random texts (held-out style: any language, emoji, directions, tags, line breaks, long words)
+ * under random budgets: nothing dropped or reordered (chunk_checked), at most max_turns turns per
+ * batch, a batch over its byte or token budget holds a single indivisible unit (one code point or
+ * one direction of at most 64 bytes, after its tag), and when the text starts with a speaker tag
+ * every batch starts with one (continued turns are re-tagged). Fixed seed: reproducible. */
+static void random_texts(void **state) {
+    (void)state;
+    static const char *frags[] = {
+        "Hello there, my friend. ", "What?! ", "[whispering] ", "(laughs) ", "<whisper>", "</whisper>", "\n",
+        "\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82", "\xe6\x88\x91\xe4\xbb\xac\xe8\xb5\xb0\xe5\x90\xa7\xef\xbc\x81",
+        "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xd8\xa8\xd9\x83. ", "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 ",
+        "\xe2\x80\x9cQuoted\xe2\x80\x9d \xe2\x80\xa6 ", "e\xcc\x81t\xc3\xa9, ", "supercalifragilisticexpialidocious",
+        "12,345.67 ", "\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf\xe3\x80\x81", "a;b:c ",
+        "<|speaker:0|>", "<|speaker:1|>", "<|speaker:15|>", "[a direction that is far too long to be kept whole by the chunker at all] ",
+    };
+    const int n_frags = (int)(sizeof frags / sizeof frags[0]);
+    uint32_t rng = 20260101u;
+    int64_t n_batches = 0, n_over = 0, n_retagged = 0;
+    for (int iter = 0; iter < 60; iter++) {
+        char text[4096];
+        size_t o = 0;
+        int n = 1 + (int)((rng = rng * 1664525u + 1013904223u) >> 26);
+        for (int k = 0; k < n; k++) {
+            rng = rng * 1664525u + 1013904223u;
+            const char *f = frags[(rng >> 16) % (uint32_t)n_frags];
+            size_t l = strlen(f);
+            if (o + l + 2 >= sizeof text) break;
+            memcpy(text + o, f, l);
+            o += l;
+        }
+        memcpy(text + o, "ok", 3); /* never only tags and whitespace */
+        dr_chunk_options opt;
+        dr_chunk_options_default(&opt);
+        rng = rng * 1664525u + 1013904223u;
+        opt.max_tokens = 1 + (int64_t)((rng >> 8) % 40);
+        opt.max_bytes = (rng >> 20) % 3 == 0 ? 0 : 8 + (int64_t)((rng >> 12) % 90);
+        opt.max_turns = 1 + (int)((rng >> 4) % 5);
+        opt.default_speaker_tag = (int)(rng >> 30) & 1;
+        int64_t mx;
+        dr_chunks c = chunk_checked(text, &opt, &mx);
+        int tagged_start = dr_prompt_speaker_tag_at(text, strlen(text), 0, NULL) > 0 || opt.default_speaker_tag;
+        for (int64_t i = 0; i < c.n; i++) {
+            const char *b = c.text[i];
+            assert_true(count_tags(b) <= opt.max_turns || c.n == 1);
+            if (tagged_start && c.n > 1) assert_int_equal(strncmp(b, "<|speaker:", 10), 0);
+            n_retagged += tagged_start && c.n > 1;
+            n_batches++;
+            int over = (opt.max_bytes > 0 && (int64_t)c.len[i] > opt.max_bytes) || count_tokens(b) > opt.max_tokens;
+            if (!over) continue;
+            size_t tag = dr_prompt_speaker_tag_at(b, c.len[i], 0, NULL);
+            const char *u = b + tag;
+            size_t ul = c.len[i] - tag;
+            unsigned char lead = (unsigned char)u[0];
+            size_t cp_len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+            int one_cp = ul == cp_len;
+            int direction = ul <= 64 && strchr("[(<{", u[0]) != NULL;
+            if (!one_cp && !direction)
+                printf("OVER BUDGET (tokens %lld, bytes %lld): \"%s\" from \"%s\"\n", (long long)opt.max_tokens,
+                       (long long)opt.max_bytes, b, text);
+            assert_true(one_cp || direction);
+            n_over++;
+        }
+        dr_chunks_free(&c);
+    }
+    printf("60 random texts: %lld batches (%lld tag-started checks, %lld single units over budget)\n",
+           (long long)n_batches, (long long)n_retagged, (long long)n_over);
+    assert_true(n_batches > 120 && n_retagged > 0 && n_over > 0); /* the checks above were exercised */
+}
+
 static void errors(void **state) {
     (void)state;
     dr_chunks c;
@@ -226,7 +295,7 @@ static void errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(short_text_unchanged), cmocka_unit_test(long_english), cmocka_unit_test(speakers_and_turns),
-        cmocka_unit_test(cjk_and_indivisible),  cmocka_unit_test(errors),
+        cmocka_unit_test(cjk_and_indivisible),  cmocka_unit_test(errors), cmocka_unit_test(random_texts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
