@@ -200,6 +200,10 @@ int cmd_forward(int argc, char **argv) {
     int width = dr_backbone_row_width(&f.bb);
     if (dr_rows_read(rows_path, width, &rows, &err)) goto out;
     int64_t n = rows.n_rows, K = rows.prefill, H = f.bb.d.H, nl = dr_backbone_n_logits(&f.bb), L = f.bb.d.n_layers;
+    if (n == 0) { /* an empty dump would look like a successful run */
+        dr_fail(&err, DRAMA_EFORMAT, "%s: \"rows\" is empty: nothing to run", rows_path);
+        goto out;
+    }
     pool = dr_pool_create(threads);
     if (!pool || dr_bb_state_create(&f.bb, n, &st, &err)) {
         if (!pool) dr_fail(&err, DRAMA_ENOMEM, "cannot start threads");
@@ -222,7 +226,11 @@ int cmd_forward(int argc, char **argv) {
         dr_bb_trace tr = {trace ? embeds + r0 * H : NULL, trace ? step_layers : NULL, NULL};
         if (dr_backbone_forward(&f.bb, st, rows.data + r0 * width, m, hidden + r0 * H, logits + r0 * nl,
                                 trace ? &tr : NULL, pool, &err)) {
-            dr_error_prefix(&err, "%s: rows %lld..%lld: ", rows_path, (long long)r0, (long long)(r0 + m - 1));
+            if (m == 1) /* the backbone numbers rows within its call: name the file's row */
+                dr_error_prefix(&err, "%s: rows[%lld] (decode step): ", rows_path, (long long)r0);
+            else
+                dr_error_prefix(&err, "%s: prefill rows[0..%lld] (row numbers below count from 0): ", rows_path,
+                                (long long)(m - 1));
             goto out;
         }
         if (trace)

@@ -196,6 +196,50 @@ static void test_forward_errors(void **s) {
     float *l = tu_load_f32(out, "logits", &n);
     assert_int_equal(n, 4097);
     free(l);
+    remove(out);
+    /* bad input a user may hand us: exit 1, a message naming the problem, no dump left behind */
+    char model_copy[4300], shard[4400], err_path[4300];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    const struct { const char *rows, *needle; } cases[] = {
+        {"{\"rows\": [], \"prefill\": 0}", "empty"},
+        {"{\"rows\": [[2003,0,0,0,0,0,0,0,0,0,0],[2017,5,0,0,0,0,0,0,0,0,4096]], \"prefill\": 1}",
+         "rows[1] (decode step): row 0: code c9 = 4096"},
+        {"{\"rows\": [[2003,0,0,0,0,0,0,0,0,0,0],[-5,0,0,0,0,0,0,0,0,0,0]], \"prefill\": 2}", "rows[1][0]"},
+        {"{\"rows\": [[2003,0,0,0,0,0,0,0,0,0,0]], \"prefill\": 2}", "prefill"},
+        {"{\"rows\": [[2003,0,0,0,0,0,0,0,0,0,0]], \"prefill\": 1", "invalid JSON"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tu_write_file(p, cases[c].rows, strlen(cases[c].rows));
+        snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' 2>'%s'", bin(), model, p, out,
+                 err_path);
+        assert_int_equal(run_cmd(cmd), 1);
+        char *msg = tu_read_file(err_path, NULL);
+        printf("bad rows -> %s", msg);
+        if (!strstr(msg, cases[c].needle)) fail_msg("'%s' lacks '%s'", msg, cases[c].needle);
+        free(msg);
+        assert_null(fopen(out, "rb"));
+    }
+    /* a dump path that is a directory, and a truncated shard (error names the file) */
+    tu_write_file(p, ok, strlen(ok));
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' 2>/dev/null", bin(), model, p, dir);
+    assert_int_equal(run_cmd(cmd), 1);
+    snprintf(model_copy, sizeof model_copy, "%s/model", dir);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", model, model_copy);
+    assert_int_equal(run_cmd(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", model_copy);
+    size_t len = 0;
+    char *bytes = tu_read_file(shard, &len);
+    assert_non_null(bytes);
+    tu_write_file(shard, bytes, len / 2);
+    free(bytes);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' 2>'%s'", bin(), model_copy, p, out,
+             err_path);
+    assert_int_equal(run_cmd(cmd), 1);
+    char *msg = tu_read_file(err_path, NULL);
+    printf("truncated shard -> %s", msg);
+    assert_non_null(strstr(msg, "model-00002-of-00002.safetensors"));
+    free(msg);
+    assert_null(fopen(out, "rb"));
     tu_rm_rf(dir);
 }
 
