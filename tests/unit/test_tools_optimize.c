@@ -173,10 +173,56 @@ static void opt_fused_and_threads(void **s) {
     assert_int_equal(tu_rm_rf(tmp), 0);
 }
 
+/* Small shards: many shards named model-NNNNN-of-MMMMM, an expert's tensors never split across two,
+ * and the sharded result still passes the variant golden. */
+static void opt_small_shards(void **s) {
+    (void)s;
+    char tmp[PATH_MAX], dst[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s", tu_tmpdir());
+    snprintf(dst, sizeof dst, "%s/small", tmp);
+    dr_opt_options o;
+    memset(&o, 0, sizeof o);
+    o.src = tu_model_dir("tiny-drama3");
+    o.dst = dst;
+    o.experts = DR_OPT_AFFINE;
+    o.shard_size = 1 << 20;
+    o.quiet = 1;
+    drama_error e = {0};
+    dr_opt_report rep;
+    assert_int_equal(dr_optimize(&o, &rep, &e), DRAMA_OK);
+    printf("shard-size 1 MiB: %d shards, %lld tensors\n", rep.shards, (long long)rep.tensors_written);
+    assert_true(rep.shards > 4);
+    dr_ckpt *ck = NULL;
+    assert_int_equal(dr_ckpt_open(dst, &ck, &e), DRAMA_OK);
+    assert_int_equal(dr_ckpt_shard_count(ck), rep.shards);
+    assert_int_equal(dr_ckpt_count(ck), rep.tensors_written);
+    char last[64];
+    snprintf(last, sizeof last, "model-%05d-of-%05d.safetensors", rep.shards, rep.shards);
+    int split = 0;
+    for (int64_t i = 0; i < dr_ckpt_count(ck); i++) {
+        const char *n = dr_ckpt_at(ck, i)->name;
+        const char *x = strstr(n, ".mlp.experts.");
+        if (!x) continue;
+        char gate[512];
+        snprintf(gate, sizeof gate, "%.*s", (int)(strchr(x + 13, '.') - n), n); /* "...experts.E" */
+        strcat(gate, ".gate_proj.weight");
+        if (strcmp(dr_ckpt_shard_of(ck, n), dr_ckpt_shard_of(ck, gate))) split++;
+    }
+    assert_int_equal(split, 0);
+    dr_ckpt_close(ck);
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dst, last);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    run_golden(golden_rel(dst), "ref/variant-mlx-affine4.safetensors", "q4 in 1 MiB shards", 0);
+    assert_int_equal(tu_rm_rf(tmp), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(opt_fp8), cmocka_unit_test(opt_nvfp4), cmocka_unit_test(opt_q4),
         cmocka_unit_test(opt_pruned), cmocka_unit_test(opt_fused_and_threads),
+        cmocka_unit_test(opt_small_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
