@@ -166,6 +166,7 @@ int main(int argc, char **argv) {
         {"expert gate/up bf16", DR_WF_BF16, 512, 2048, 0, 0},
         {"dense bf16", DR_WF_BF16, 2048, 2048, 0, 0},
         {"lm_head slice bf16", DR_WF_BF16, 4097, 2048, 0, 0},
+        {"launch floor: 4 rows bf16", DR_WF_BF16, 4, 2048, 0, 0},
     };
     const int ns[] = {1, 4, 16};
     printf("| shape | [out, in] | n | launches x products | us/call | GB/s | %% of 4.8 TB/s |\n");
@@ -179,8 +180,7 @@ int main(int argc, char **argv) {
         }
     }
     /* the 8 routed experts of one token: one batched launch vs 8 launches */
-    for (int k = 0; k < 6; k += 1) {
-        if (k == 1 || k == 3 || k == 5) continue; /* gate/up shapes of each quantised format */
+    for (int k = 0; k < 6; k += 1) { /* gate/up and down of each quantised format */
         for (int sep = 0; sep < 2; sep++) {
             double us, gbs;
             if (bench(c, &shapes[k], 1, 8, sep, samples, &us, &gbs))
