@@ -81,25 +81,40 @@ uint64_t dr_pl_random_seed(void) {
 
 /* ---- codec ---- */
 
+/* Frames flow between model and codec unchanged: both must agree on their width and on the
+ * geometry the output was opened with. */
+static drama_status codec_matches(const drama_model *m, const dr_codec *codec, drama_error *err) {
+    const dr_codec_config *cc = dr_codec_cfg(codec);
+    if (cc->num_codebooks != m->cfg->audio.num_codebooks || (m->sample_rate && cc->sample_rate != m->sample_rate) ||
+        (m->samples_per_frame && cc->frame_length != m->samples_per_frame))
+        return dr_fail(err, DRAMA_ESHAPE,
+                       "%s: the codec (%d codebooks, %d Hz, %d samples per frame) does not match the model "
+                       "(config.json audio num_codebooks %d; codec.json %d Hz, %d samples per frame)",
+                       m->dir, cc->num_codebooks, cc->sample_rate, cc->frame_length, m->cfg->audio.num_codebooks,
+                       m->sample_rate, m->samples_per_frame);
+    return DRAMA_OK;
+}
+
 drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err) {
     if (m->codec) return DRAMA_OK;
     drama_status st = dr_codec_open(m->dir, m->low_memory ? parts : DR_CODEC_LOAD_ALL, &m->codec, err);
     if (st != DRAMA_OK) return st;
-    /* Frames flow between model and codec unchanged: both must agree on their width and on the
-     * geometry the output was opened with. */
-    const dr_codec_config *cc = dr_codec_cfg(m->codec);
-    if (cc->num_codebooks != m->cfg->audio.num_codebooks || (m->sample_rate && cc->sample_rate != m->sample_rate) ||
-        (m->samples_per_frame && cc->frame_length != m->samples_per_frame)) {
-        st = dr_fail(err, DRAMA_ESHAPE,
-                     "%s: the codec (%d codebooks, %d Hz, %d samples per frame) does not match the model "
-                     "(config.json audio num_codebooks %d; codec.json %d Hz, %d samples per frame)",
-                     m->dir, cc->num_codebooks, cc->sample_rate, cc->frame_length, m->cfg->audio.num_codebooks,
-                     m->sample_rate, m->samples_per_frame);
+    st = codec_matches(m, m->codec, err);
+    if (st != DRAMA_OK) {
         dr_pl_codec_release(m);
         return st;
     }
     dr_codec_set_pool(m->codec, m->pool);
     return DRAMA_OK;
+}
+
+drama_status dr_pl_codec_check(drama_model *m, drama_error *err) {
+    if (m->codec) return DRAMA_OK; /* checked when it was acquired */
+    dr_codec *probe = NULL;        /* parts 0: tensor names and shapes only, no weights copied */
+    drama_status st = dr_codec_open(m->dir, 0, &probe, err);
+    if (st == DRAMA_OK) st = codec_matches(m, probe, err);
+    dr_codec_free(probe);
+    return st;
 }
 
 void dr_pl_codec_release(drama_model *m) {

@@ -43,6 +43,10 @@ void dr_pl_prompt_options(const drama_model *m, dr_prompt_options *opt);
 /* ---- codec ---- */
 drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err);
 void dr_pl_codec_release(drama_model *m);
+/* Checks the codec's tensors against the model (codebooks, rate, frame length) without loading
+ * its weights: low-memory mode loads the decoder only after generation, and a mismatch must fail
+ * before any generation. */
+drama_status dr_pl_codec_check(drama_model *m, drama_error *err);
 /* Sample rate, samples per frame and codes per frame, without loading the codec weights. */
 drama_status dr_pl_codec_geometry(drama_model *m, int *sample_rate, int *samples_per_frame, int *n_codebooks,
                                   drama_error *err);

@@ -165,10 +165,9 @@ static drama_status run(run_ctx *c, drama_error *err) {
     st = dr_pl_lm_acquire(m, err);
     if (st == DRAMA_OK && cancelled(c)) st = dr_fail(err, DRAMA_ECANCELLED, "cancelled while loading");
     if (st != DRAMA_OK) goto out;
-    if (!m->codec && !m->low_memory) {
-        st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
-        if (st != DRAMA_OK) goto out;
-    }
+    if (!m->codec && !m->low_memory) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
+    else if (!q->stream) st = dr_pl_codec_check(m, err); /* low memory: decoder loads after generation */
+    if (st != DRAMA_OK) goto out;
 
     phase(c, DRAMA_PHASE_GENERATE);
     if (q->stream) {
@@ -267,6 +266,9 @@ drama_status dr_pl_run(drama_session *s, const drama_request *req, drama_audio_f
     drama_status st = run(&c, err);
     dr_phase_end(&c.clock, res);
     if (st == DRAMA_EFRAMELIMIT) snprintf(res->finish_reason, sizeof res->finish_reason, "frame_limit");
+    /* A failure after the last frame (decoding, delivery) is not a successful finish. */
+    if (st != DRAMA_OK && (!strcmp(res->finish_reason, "frames") || !strcmp(res->finish_reason, "end_token")))
+        snprintf(res->finish_reason, sizeof res->finish_reason, "%s", st == DRAMA_ECANCELLED ? "cancelled" : "error");
     res->wall_s = dr_clock_s() - c.clock.t_request;
     res->audio_seconds = res->sample_rate ? (double)res->samples / res->sample_rate : 0;
     /* Keep the codes (for --save-codes) on success only. */

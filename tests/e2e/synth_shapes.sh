@@ -38,6 +38,16 @@ if run_shape books6 --codebooks 6; then
     ok "6 codebooks: whole = stream(2) = low-memory"
 else
     grep -q "codebooks" books6.err || fail "codebook mismatch message unclear: $(cat books6.err)"
+    # --low-memory loads the decoder only after generation: the mismatch must still fail first.
+    set +e
+    "$DRAMA_BIN" synthesize --model "$WORK/m-books6" --text "Other shapes." --frames 7 --seed 5 -o b6l.wav \
+        --low-memory --progress-json --receipt b6l.json 2>b6l.log
+    r=$?
+    set -e
+    [ $r -eq 1 ] && [ ! -e b6l.wav ] || fail "books6 --low-memory: exit $r or a file was published"
+    grep -q codebooks b6l.log || fail "books6 --low-memory: message does not name the codebooks"
+    if grep -q '"event":"frames"' b6l.log; then fail "books6 --low-memory: generation ran before the codec check"; fi
+    [ "$(jq -r .finish_reason b6l.json)" = error ] || fail "books6 --low-memory: finish_reason $(jq -r .finish_reason b6l.json)"
     ok "6-codebook model with a 10-codebook codec: clean error naming the codebooks"
 fi
 no_leftovers "$WORK"
