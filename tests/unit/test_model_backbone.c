@@ -26,11 +26,11 @@ typedef struct model {
     dr_backbone bb;
 } model;
 
-static void model_open(model *m, const char *rel) {
+static void model_open_sets(model *m, const char *rel, const char *const *sets, int n_sets) {
     memset(m, 0, sizeof *m);
     const char *dir = tu_model_dir(rel);
     drama_error e = {0};
-    if (dr_config_load(dir, NULL, 0, &m->cfg, &e) || dr_ckpt_open(dir, &m->ck, &e) ||
+    if (dr_config_load(dir, sets, n_sets, &m->cfg, &e) || dr_ckpt_open(dir, &m->ck, &e) ||
         dr_loader_create(m->ck, m->cfg, &m->ld, &e) || dr_backbone_bind(&m->bb, m->ld, &e)) {
         printf("%s: %s\n", rel, e.message);
         fail();
@@ -50,6 +50,8 @@ static void model_open(model *m, const char *rel) {
     int64_t S = m->cfg->tokens.semantic_start, n_sem = m->cfg->tokens.semantic_end - S + 1;
     assert_int_equal(dr_backbone_set_tokens(&m->bb, S, n_sem, m->cfg->tokens.eos[0], &e), DRAMA_OK);
 }
+
+static void model_open(model *m, const char *rel) { model_open_sets(m, rel, NULL, 0); }
 
 static void model_close(model *m) {
     dr_backbone_release(&m->bb);
@@ -252,6 +254,65 @@ static void test_invariance(void **s) {
 
 /* A prefill longer than the internal chunk (256 rows) equals the same rows split over calls,
  * including the traced layer outputs. */
+/* The input-row switches (MODEL.md 6): number of codebooks summed, the scale, the token embedding
+ * at audio rows. The embedding of one audio row is recomputed here from the two tables. */
+static void test_input_switches(void **s) {
+    (void)s;
+    const char *settings[][2] = {{NULL, NULL},
+                                 {"input.codebooks=3", "input.code_scale=none"},
+                                 {"input.add_token_embedding=false", "input.codebooks=1"}};
+    float *first = NULL;
+    for (int c = 0; c < 3; c++) {
+        model m;
+        int n_sets = settings[c][0] ? 2 : 0;
+        model_open_sets(&m, "tiny-drama3", settings[c], n_sets);
+        const dr_bb_dims *d = &m.bb.d;
+        int width = dr_backbone_row_width(&m.bb), n = d->in_codebooks;
+        int64_t H = d->H;
+        int32_t *row = calloc((size_t)width, sizeof *row);
+        row[1] = 5;
+        row[0] = (int32_t)(m.bb.sem_start + row[1]);
+        for (int k = 1; k < d->n_codebooks; k++) row[1 + k] = (int32_t)((k * 37 + 11) % d->code_stride);
+        float *emb = malloc((size_t)H * sizeof *emb), *hid = malloc((size_t)H * sizeof *hid);
+        float *tmp = malloc((size_t)H * sizeof *tmp);
+        double *want = calloc((size_t)H, sizeof *want);
+        dr_bb_state *st = NULL;
+        drama_error e = {0};
+        assert_int_equal(dr_bb_state_create(&m.bb, 1, &st, &e), DRAMA_OK);
+        dr_bb_trace tr = {emb, NULL, NULL};
+        assert_int_equal(dr_backbone_forward(&m.bb, st, row, 1, hid, NULL, &tr, NULL, &e), DRAMA_OK);
+        if (d->add_token_embedding) {
+            dr_weight_dequant_row(&m.bb.embed, row[0], tmp);
+            for (int64_t j = 0; j < H; j++) want[j] += tmp[j];
+        }
+        for (int k = 0; k < n; k++) {
+            dr_weight_dequant_row(&m.bb.code_table, row[1 + k] + (int64_t)k * d->code_stride, tmp);
+            for (int64_t j = 0; j < H; j++) want[j] += tmp[j];
+        }
+        double scale = d->code_scale_rsqrt ? 1.0 / sqrt(n + 1.0) : 1.0, worst = 0;
+        for (int64_t j = 0; j < H; j++) {
+            double diff = fabs(emb[j] - want[j] * scale);
+            worst = isnan(emb[j]) ? INFINITY : fmax(worst, diff);
+        }
+        printf("input switches %d (codebooks %d, rsqrt %d, token %d): max abs %.3g\n", c, n, d->code_scale_rsqrt,
+               d->add_token_embedding, worst);
+        assert_true(worst <= 1e-7);
+        if (c == 0) {
+            assert_int_equal(n, d->n_codebooks); /* auto: every codebook */
+            first = emb;
+            emb = NULL;
+        } else {
+            double diff = 0;
+            for (int64_t j = 0; j < H; j++) diff = fmax(diff, fabs(emb[j] - first[j]));
+            assert_true(diff > 1e-3); /* the switch changed the row */
+        }
+        dr_bb_state_free(st);
+        free(row), free(emb), free(hid), free(tmp), free(want);
+        model_close(&m);
+    }
+    free(first);
+}
+
 static void test_long_prefill(void **s) {
     (void)s;
     model m;
@@ -342,7 +403,7 @@ int main(void) {
         cmocka_unit_test(test_base),  cmocka_unit_test(test_fused),  cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_nvfp4), cmocka_unit_test(test_mlx),    cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_invariance), cmocka_unit_test(test_e2e_float64),
-        cmocka_unit_test(test_long_prefill),
+        cmocka_unit_test(test_long_prefill), cmocka_unit_test(test_input_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
