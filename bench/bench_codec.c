@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "base/pool.h"
@@ -40,6 +41,16 @@ static void collect(void *ctx, const char *name, int ndim, const int64_t *shape)
 static int ends(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* resident set size now, in MB (Linux /proc; 0 elsewhere) */
+static double rss_mb(void) {
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+    return (double)resident * 4096.0 / (1024.0 * 1024.0);
 }
 
 static double now(void) {
@@ -85,7 +96,7 @@ int main(int argc, char **argv) {
     }
     dr_pool *pool = dr_pool_create(threads);
     unsigned parts = DR_CODEC_LOAD_DECODER | (do_encode ? DR_CODEC_LOAD_ENCODER : 0);
-    double t0 = now();
+    double rss_before = rss_mb(), t0 = now();
     dr_codec *codec;
     if (dr_codec_load(v.t, v.n, &cfg, parts, "random real-size codec", &codec, &err))
         return fprintf(stderr, "%s\n", err.message), 1;
@@ -99,8 +110,13 @@ int main(int argc, char **argv) {
     }
     float *a = malloc((size_t)frames * cfg.frame_length * 4), *b = malloc((size_t)frames * cfg.frame_length * 4);
     double rate = (double)cfg.sample_rate / cfg.frame_length;
-    printf("codec decoder, real size (%lld tensors), random fp32 weights, %d threads, load+fold %.2f s\n",
-           (long long)v.n, dr_pool_threads(pool), t_load);
+    /* the source tensors share two small buffers, so the peak is what the loaded codec holds */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("codec %s, real size (%lld tensors), random fp32 weights, %d threads, load+fold %.2f s\n",
+           do_encode ? "decoder+encoder" : "decoder only", (long long)v.n, dr_pool_threads(pool), t_load);
+    printf("memory: the loaded codec holds %.0f MB resident (peak RSS during load %.0f MB)\n", rss_mb() - rss_before,
+           (double)ru.ru_maxrss / 1024.0);
     printf("%-22s %7s %9s %9s %10s\n", "mode", "frames", "seconds", "frames/s", "x realtime");
     t0 = now();
     if (dr_codec_decode(codec, codes, frames, a, &err)) return fprintf(stderr, "%s\n", err.message), 1;

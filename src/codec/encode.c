@@ -170,6 +170,9 @@ drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, dram
     dr_codec_config cfg;
     dr_codec_config_default(&cfg);
     drama_status rc;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a common slip: the file instead of its folder */
+        return dr_fail(err, DRAMA_EINVAL, "%s: not a directory (give the folder that holds codec.pth or codec.safetensors)",
+                       dir);
     if (stat(js, &sb) == 0 && (rc = dr_codec_config_read(js, &cfg, err))) return rc;
     dr_tensor *tensors = NULL;
     int64_t n = 0;

@@ -433,6 +433,10 @@ static void test_open_dir_and_missing(void **state) {
     drama_error e = {0};
     assert_int_equal(dr_codec_open("/nonexistent-dir", DR_CODEC_LOAD_ALL, &codec, &e), DRAMA_EIO);
     assert_null(codec);
+    dr_error_clear(&e);
+    assert_int_equal(dr_codec_open(tu_golden("tiny-drama3/codec.pth"), DR_CODEC_LOAD_ALL, &codec, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "not a directory"));
+    assert_null(codec);
     assert_int_equal(dr_codec_open(tu_golden("tiny-drama3"), DR_CODEC_LOAD_DECODER, &codec, &e), DRAMA_OK);
     char file[1024];
     assert_int_equal(dr_codec_file(tu_golden("tiny-drama3"), file, sizeof file, &e), DRAMA_OK);
