@@ -119,6 +119,41 @@ static void test_real_inventory(void **state) {
     }
     assert_int_equal(bad, 0);
     free(a), free(b);
+    /* The golden real inventory itself, as tensors (names, shapes, F32; no data), passes the
+     * load check with the built-in defaults and no codec.json, in both the 535-entry form and
+     * the 541-entry form with the six stale S1-era buffers (CODEC.md 10.3, their real shapes). */
+    dr_tensor *ts = calloc(n + 6, sizeof *ts);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(gt, i), *sh = json_object_get(x, "shape");
+        ts[i].name = json_string_value(json_object_get(x, "name"));
+        ts[i].dtype = DR_DT_F32;
+        ts[i].ndim = (int)json_array_size(sh);
+        int64_t numel = 1;
+        for (int d = 0; d < ts[i].ndim; d++) numel *= ts[i].shape[d] = json_integer_value(json_array_get(sh, (size_t)d));
+        ts[i].nbytes = (size_t)numel * 4;
+    }
+    json_t *extra = json_object_get(g, "s1_era_extra_buffers");
+    assert_int_equal(json_array_size(extra), 6);
+    for (size_t i = 0; i < 6; i++) {
+        dr_tensor *t = &ts[n + i];
+        t->name = json_string_value(json_array_get(extra, i));
+        t->dtype = DR_DT_F32;
+        int64_t len = strstr(t->name, "encoder.") ? 16384 : 4096;
+        int rope = strstr(t->name, "freqs_cis") != NULL;
+        t->ndim = rope ? 3 : 2;
+        t->shape[0] = len, t->shape[1] = rope ? 32 : len, t->shape[2] = 2;
+        t->nbytes = (size_t)(len * (rope ? 64 : len)) * 4;
+    }
+    for (int form = 0; form < 2; form++) {
+        dr_codec *checked = NULL;
+        size_t count = form ? n + 6 : n;
+        if (dr_codec_load(ts, (int64_t)count, &c, 0, "codec-real-inventory", &checked, &e))
+            fail_msg("%zu-entry real inventory: %s", count, e.message);
+        assert_true(dr_codec_config_equal(dr_codec_cfg(checked), &c));
+        printf("real inventory, %zu entries: passes the load check with the defaults\n", count);
+        dr_codec_free(checked);
+    }
+    free(ts);
     json_decref(g);
     json_decref(v.list);
 }
