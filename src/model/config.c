@@ -1,6 +1,7 @@
 /* config.c - config.json -> dr_config (MODEL.md 3), with the switch layers of MODEL.md 10.
  * Every field error names the file and the dotted field path. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,6 +72,10 @@ static double get_num(reader *r, const json_t *obj, const char *key, int require
     }
     if (!json_is_number(v) || !isfinite(json_number_value(v)) || (positive && json_number_value(v) <= 0)) {
         field_fail(r, key, positive ? "expected positive number" : "expected number");
+        return dflt;
+    }
+    if (fabs(json_number_value(v)) > FLT_MAX) { /* used as fp32: it would become inf */
+        field_fail(r, key, "outside the fp32 range");
         return dflt;
     }
     return json_number_value(v);

@@ -185,6 +185,8 @@ static void test_errors_name_the_field(void **state) {
     expect_error("\"num_experts\": 10", "\"num_experts\": \"ten\"", NULL, 0, "text_config.num_experts");
     expect_error("\"hidden_size\": 48,", "", NULL, 0, "text_config.hidden_size: missing");
     expect_error("\"rope_theta\": 5000", "\"rope_theta\": null", NULL, 0, "text_config.rope_theta");
+    expect_error("\"rms_norm_eps\": 1e-5", "\"rms_norm_eps\": 1e300", NULL, 0,
+                 "text_config.rms_norm_eps: outside the fp32 range");
     expect_error("\"full_attention_interval\": 3", "\"full_attention_interval\": 0", NULL, 0,
                  "text_config.full_attention_interval");
     expect_error("\"num_key_value_heads\": 3", "\"num_key_value_heads\": 4", NULL, 0, "num_key_value_heads");
