@@ -388,7 +388,7 @@ static drama_status write_shards(opt_run *r, dr_pool *pool, drama_error *err) {
                     batch0 = it->expert;
                     batch_n = r->n_exp - batch0 < enc.nslots ? r->n_exp - batch0 : enc.nslots;
                     if ((st = opt_encoder_run(&enc, r->exp_layer + batch0, r->exp_slot + batch0, batch_n, err))) break;
-                    if (!r->o->quiet)
+                    if (!r->o->quiet && isatty(2))
                         fprintf(stderr, "\roptimize: experts %d/%d", batch0 + batch_n, r->n_exp);
                 }
                 bytes = enc.slots[it->expert - batch0].bytes[it->proj][it->comp];
@@ -402,7 +402,7 @@ static drama_status write_shards(opt_run *r, dr_pool *pool, drama_error *err) {
         if ((st = dr_st_writer_finish(w, err))) break;
     }
     if (have_enc) opt_encoder_free(&enc);
-    if (!r->o->quiet && have_enc) fprintf(stderr, "\n");
+    if (!r->o->quiet && have_enc && isatty(2)) fprintf(stderr, "\n");
     return st;
 }
 
@@ -675,7 +675,7 @@ drama_status dr_optimize(const dr_opt_options *o, dr_opt_report *report, drama_e
         goto done;
     }
     if (o->prune_file && (st = opt_keep_from_file(o->prune_file, &r.bb, r.keep, err))) goto done;
-    if (o->prune_k && (st = opt_keep_from_calibration(o->calibration, o->prune_k, &r.bb, pool, r.keep, err))) goto done;
+    if (o->prune_k && (st = opt_keep_from_calibration(o->calibration, o->prune_k, r.cfg, &r.bb, pool, r.keep, err))) goto done;
     if ((st = choose_target(&r, err)) || (st = plan(&r, err))) goto done;
     /* a stale DST.partial is what a killed run left behind: ours to remove */
     if ((st = rm_tree(r.partial, err))) goto done;

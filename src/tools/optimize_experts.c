@@ -293,16 +293,3 @@ done:
     json_decref(o);
     return st;
 }
-
-drama_status opt_keep_from_calibration(const char *rows_path, int k, const dr_backbone *bb, dr_pool *pool,
-                                       unsigned char *keep, drama_error *err) {
-    (void)pool;
-    (void)keep;
-    if (k < bb->d.topk || k > bb->d.E)
-        return dr_fail(err, DRAMA_EINVAL, "--prune %d: must be in [num_experts_per_tok %d, num_experts %d]", k,
-                       bb->d.topk, bb->d.E);
-    return dr_fail(err, DRAMA_EUNSUPPORTED,
-                   "--prune %d --calibration %s: router statistics need a backbone hook that is not available yet; "
-                   "use --prune-experts FILE.json",
-                   k, rows_path);
-}

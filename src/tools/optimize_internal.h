@@ -10,6 +10,7 @@
 #include "base/pool.h"
 #include "base/tensor.h"
 #include "model/backbone.h"
+#include "model/config.h"
 #include "tools/optimize.h"
 
 #define OPT_MAX_COMP 4
@@ -67,7 +68,9 @@ drama_status opt_encoder_run(opt_encoder *enc, const int *layers, const int *slo
 /* Kept sets: keep[L * E + e] = 1 when expert e of layer L is written. Starts as the source's
  * stored sets; the prune file / calibration narrows them. Errors name the layer or expert. */
 drama_status opt_keep_from_file(const char *path, const dr_backbone *bb, unsigned char *keep, drama_error *err);
-drama_status opt_keep_from_calibration(const char *rows_path, int k, const dr_backbone *bb, dr_pool *pool,
-                                       unsigned char *keep, drama_error *err);
+/* optimize_calib.c: the k experts the router selects most often on the calibration rows. Sets the
+ * backbone's token ids (from cfg) to run it. */
+drama_status opt_keep_from_calibration(const char *rows_path, int k, const dr_config *cfg, dr_backbone *bb,
+                                       dr_pool *pool, unsigned char *keep, drama_error *err);
 
 #endif

@@ -218,11 +218,71 @@ static void opt_small_shards(void **s) {
     assert_int_equal(tu_rm_rf(tmp), 0);
 }
 
+/* --prune K --calibration: calibrated on one row with K = num_experts_per_tok, each layer keeps
+ * exactly the experts that row is routed to, so the pruned model computes that row like the full
+ * one (the renormalised top-k weights are the same). Wrong counting would change the output. */
+static void opt_calibration(void **s) {
+    (void)s;
+    model full;
+    model_open(&full, "tiny-drama3");
+    int width = dr_backbone_row_width(&full.bb);
+    int64_t n_el, H = full.bb.d.H, nl = dr_backbone_n_logits(&full.bb);
+    int32_t *rows = tu_load_i32(tu_golden("ref/backbone.safetensors"), "prefill.rows", &n_el);
+    int64_t nrows = n_el / width;
+    char tmp[PATH_MAX], dst[PATH_MAX + 8], calib[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s", tu_tmpdir());
+    snprintf(calib, sizeof calib, "%s/calib.json", tmp);
+    float *h_full = malloc((size_t)H * 4), *h_pruned = malloc((size_t)H * 4);
+    float *l_full = malloc((size_t)nl * 4), *l_pruned = malloc((size_t)nl * 4);
+    int64_t picks[2] = {nrows - 1, nrows / 2};
+    for (int t = 0; t < 2; t++) {
+        const int32_t *row = rows + picks[t] * width;
+        FILE *f = fopen(calib, "w");
+        assert_non_null(f);
+        fprintf(f, "{\"rows\": [[");
+        for (int c = 0; c < width; c++) fprintf(f, "%s%d", c ? ", " : "", row[c]);
+        fprintf(f, "]]}\n");
+        fclose(f);
+        snprintf(dst, sizeof dst, "%s/k%d", tmp, t);
+        dr_opt_options o;
+        memset(&o, 0, sizeof o);
+        o.src = tu_model_dir("tiny-drama3");
+        o.dst = dst;
+        o.prune_k = full.bb.d.topk;
+        o.calibration = calib;
+        o.quiet = 1;
+        drama_error e = {0};
+        dr_opt_report rep;
+        if (dr_optimize(&o, &rep, &e)) fail_msg("%s", e.message);
+        assert_int_equal(rep.experts_written, (int64_t)full.bb.d.n_layers * full.bb.d.topk);
+        model pruned;
+        model_open(&pruned, golden_rel(dst));
+        dr_bb_state *a = NULL, *b = NULL;
+        assert_int_equal(dr_bb_state_create(&full.bb, 1, &a, &e), DRAMA_OK);
+        assert_int_equal(dr_bb_state_create(&pruned.bb, 1, &b, &e), DRAMA_OK);
+        assert_int_equal(dr_backbone_forward(&full.bb, a, row, 1, h_full, l_full, NULL, NULL, &e), DRAMA_OK);
+        assert_int_equal(dr_backbone_forward(&pruned.bb, b, row, 1, h_pruned, l_pruned, NULL, NULL, &e), DRAMA_OK);
+        char label[96];
+        snprintf(label, sizeof label, "calibrated on row %lld: hidden", (long long)picks[t]);
+        int ok = tu_report(label, tu_compare_f32(h_pruned, h_full, H), 1e-5);
+        snprintf(label, sizeof label, "calibrated on row %lld: logits", (long long)picks[t]);
+        ok &= tu_report(label, tu_compare_f32(l_pruned, l_full, nl), 1e-5);
+        assert_true(ok);
+        dr_bb_state_free(a);
+        dr_bb_state_free(b);
+        model_close(&pruned);
+    }
+    free(h_full); free(h_pruned); free(l_full); free(l_pruned); free(rows);
+    model_close(&full);
+    assert_int_equal(tu_rm_rf(tmp), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(opt_fp8), cmocka_unit_test(opt_nvfp4), cmocka_unit_test(opt_q4),
         cmocka_unit_test(opt_pruned), cmocka_unit_test(opt_fused_and_threads),
         cmocka_unit_test(opt_small_shards),
+        cmocka_unit_test(opt_calibration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
