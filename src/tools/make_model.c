@@ -1,11 +1,13 @@
 /* make_model.c - `drama make-model`: shapes, validation, config.json and the driver.
  * The tensor list and the shard writing are in make_model_weights.c; the codec in
  * make_model_codec.c; the tokenizer in make_model_tokenizer.c. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tools/make_model.h"
 #include "tools/make_model_internal.h"
@@ -110,7 +112,7 @@ drama_status dr_mm_validate(const dr_mm_options *o, drama_error *err) {
     CHECK(d->head_dim > 0 && d->head_dim % 2 == 0, "--head-dim: %d must be positive and even", d->head_dim);
     CHECK(d->partial_rotary > 0 && d->partial_rotary <= 1, "--partial-rotary: must be in (0, 1]");
     int rot = (int)(d->partial_rotary * d->head_dim + 0.5);
-    CHECK(rot % 2 == 0, "--partial-rotary: %g x head_dim %d must give an even number of rotated dims",
+    CHECK(rot > 0 && rot % 2 == 0, "--partial-rotary: %g x head_dim %d must give an even number of rotated dims",
           d->partial_rotary, d->head_dim);
     CHECK(d->lin_k_heads > 0 && d->lin_v_heads > 0 && d->lin_v_heads % d->lin_k_heads == 0,
           "--linear-value-heads %d must be a multiple of --linear-key-heads %d", d->lin_v_heads, d->lin_k_heads);
@@ -288,15 +290,66 @@ static drama_status make_dirs(const char *dir, drama_error *err) {
     return DRAMA_OK;
 }
 
+/* Everything is written into DIR/.make-model.partial first and moved into DIR only when every
+ * file is complete: a failure (bad hook, disk full, too many shards) leaves DIR as it was. */
+#define STAGE_NAME ".make-model.partial"
+
+static void remove_stage(const char *stage) {
+    DIR *d = opendir(stage);
+    if (d) {
+        struct dirent *e;
+        char path[4096];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", stage, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(stage);
+}
+
+/* Move every staged file into dir (same file system: renames), after removing the shards and
+ * the NVFP4 hf_quant_config.json an earlier run may have left there. */
+static drama_status publish_stage(const char *stage, const char *dir, drama_error *err) {
+    mm_remove_stale(dir);
+    char from[4096], to[4096];
+    snprintf(to, sizeof to, "%s/hf_quant_config.json", dir);
+    snprintf(from, sizeof from, "%s/hf_quant_config.json", stage);
+    struct stat sb;
+    if (stat(from, &sb) != 0) unlink(to);
+    DIR *d = opendir(stage);
+    if (!d) return dr_fail(err, DRAMA_EIO, "%s: cannot list: %s", stage, strerror(errno));
+    drama_status st = DRAMA_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(from, sizeof from, "%s/%s", stage, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+        if (rename(from, to) != 0)
+            st = dr_fail(err, DRAMA_EIO, "%s: cannot move to %s: %s", from, to, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
 drama_status dr_make_model(const char *dir, const dr_mm_options *o, drama_error *err) {
     drama_status st = dr_mm_validate(o, err);
     if (st) return st;
     if ((st = make_dirs(dir, err))) return st;
+    char stage[4096];
+    if (strlen(dir) + sizeof STAGE_NAME + 1 > sizeof stage - 64)
+        return dr_fail(err, DRAMA_EINVAL, "output directory: path too long '%s'", dir);
+    snprintf(stage, sizeof stage, "%s/%s", dir, STAGE_NAME);
+    remove_stage(stage); /* left by a killed run */
+    if (mkdir(stage, 0777) != 0) return dr_fail(err, DRAMA_EIO, "%s: cannot create directory: %s", stage, strerror(errno));
     dr_mm_token_ids ids;
-    if ((st = dr_mm_write_tokenizer(dir, &o->dims, &ids, err))) return st;
+    st = dr_mm_write_tokenizer(stage, &o->dims, &ids, err);
     int64_t vocab = o->dims.vocab ? o->dims.vocab : ids.n_tokens;
-    if ((st = write_config(dir, o, &ids, vocab, err))) return st;
-    if ((st = mm_write_weights(dir, o, vocab, err))) return st;
-    if (o->with_codec && (st = dr_mm_write_codec(dir, &o->dims.codec, o->seed, err))) return st;
-    return DRAMA_OK;
+    if (!st) st = write_config(stage, o, &ids, vocab, err);
+    if (!st) st = mm_write_weights(stage, o, vocab, err);
+    if (!st && o->with_codec) st = dr_mm_write_codec(stage, &o->dims.codec, o->seed, err);
+    if (!st) st = publish_stage(stage, dir, err);
+    remove_stage(stage);
+    return st;
 }

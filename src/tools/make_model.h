@@ -88,7 +88,9 @@ int dr_mm_shape_defaults(const char *shape, dr_mm_options *opts);
 /* Check the dimensions and options (divisibility, ranges); the message names the field. */
 drama_status dr_mm_validate(const dr_mm_options *opts, drama_error *err);
 
-/* Write the model into `dir` (created if absent; existing generated files are replaced). */
+/* Write the model into `dir` (created if absent; existing generated files are replaced). Files are
+ * staged in dir/.make-model.partial and moved in only when all are complete: on failure dir keeps
+ * what it held before. */
 drama_status dr_make_model(const char *dir, const dr_mm_options *opts, drama_error *err);
 
 /* ---- pieces, also used by tests ---- */

@@ -11,5 +11,7 @@ static inline int mm_is_full(const dr_mm_dims *d, int i) {
 
 /* Tensor list + shard files + index (make_model_weights.c). */
 drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t vocab, drama_error *err);
+/* Remove model shards (model-NNNNN-of-MMMMM.safetensors, model.safetensors) from dir. */
+void mm_remove_stale(const char *dir);
 
 #endif

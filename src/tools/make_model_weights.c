@@ -414,7 +414,7 @@ static void shard_name(char *buf, size_t cap, int i, int n) {
 }
 
 /* Remove shards of an earlier run in the same directory (only our own file names). */
-static void remove_stale(const char *dir) {
+void mm_remove_stale(const char *dir) {
     DIR *dd = opendir(dir);
     if (!dd) return;
     struct dirent *e;
@@ -504,7 +504,6 @@ drama_status mm_write_weights(const char *dir, const dr_mm_options *o, int64_t v
             goto done;
         }
     }
-    remove_stale(dir);
     for (int s = 0; s < shards && !st; s++) {
         char path[4096], sname[64];
         shard_name(sname, sizeof sname, s, shards);

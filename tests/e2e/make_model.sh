@@ -57,6 +57,7 @@ check_bad() { # want-substring args...
     local rc=$?
     [ $rc -eq 2 ] || bad "make-model $*: exit $rc, expected 2"
     grep -q -- "$want" "$T/bad.out" || bad "make-model $*: message lacks '$want': $(cat "$T/bad.out")"
+    [ -z "$(ls -A "$T/bad" 2>/dev/null)" ] || bad "make-model $*: left files behind: $(ls -A "$T/bad")"
 }
 check_bad '--prune' --prune 1
 check_bad '--q4-group' --experts q4 --q4-group 48
@@ -65,6 +66,21 @@ check_bad '--layout' --layout fused --experts nvfp4
 check_bad '--shape' --shape enormous
 check_bad '--top-k' --top-k 99
 check_bad 'unknown option' --frobnicate 1
+check_bad '--partial-rotary' --partial-rotary 1e-300
+check_bad '--partial-rotary' --partial-rotary nan
+# failures found while writing (after the options were accepted) leave nothing behind either
+check_bad '--shards 50' --num-experts 2 --top-k 2 --shards 50
+check_bad '--test-omit' --test-omit no.such.tensor
+
+# a failed run into an existing model leaves it intact; a rerun replaces the generated files
+"$DRAMA_BIN" make-model "$T/keep" --experts nvfp4 --shards 3 > /dev/null 2>&1 || bad "keep: make-model"
+(cd "$T/keep" && sha256sum * | sort) > "$T/keep.sha"
+"$DRAMA_BIN" make-model "$T/keep" --num-experts 2 --top-k 2 --shards 50 > /dev/null 2>&1 && bad "keep: bad run succeeded"
+(cd "$T/keep" && sha256sum * | sort) | diff -q - "$T/keep.sha" > /dev/null || bad "keep: a failed run changed the model"
+[ -z "$(ls -A "$T/keep" | grep partial)" ] || bad "keep: staging folder left behind"
+"$DRAMA_BIN" make-model "$T/keep" --shards 2 > /dev/null 2>&1 || bad "keep: rerun"
+[ ! -e "$T/keep/hf_quant_config.json" ] && [ ! -e "$T/keep/model-00003-of-00003.safetensors" ] || bad "keep: stale files of the earlier run"
+"$DRAMA_BIN" inspect "$T/keep" > /dev/null 2>&1 || bad "keep: rerun not loadable"
 
 # the demo commands (Makefile `demo`)
 "$DRAMA_BIN" make-model "$T/models/tiny-random" --shape tiny --seed 1 > /dev/null || bad "demo make-model"
