@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -371,10 +372,11 @@ static int on_audio(void *user, const float *samples, size_t n) {
     if (dr_wav_out_write(c->wav, samples, n, &c->write_err) != DRAMA_OK) return 1;
     c->chunks++;
     if (c->a->progress_json) {
-        json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:I}", "event", "chunk", "chunk", (json_int_t)c->chunks,
-                              "samples", (json_int_t)n, "samples_total", (json_int_t)dr_wav_out_samples(c->wav),
-                              "audio_seconds", (double)dr_wav_out_samples(c->wav) / c->sample_rate, "t",
-                              dr_clock_s() - c->t0, "bytes", (json_int_t)dr_wav_out_bytes(c->wav));
+        json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:I, s:I}", "event", "chunk", "chunk",
+                              (json_int_t)c->chunks, "samples", (json_int_t)n, "samples_total",
+                              (json_int_t)dr_wav_out_samples(c->wav), "audio_seconds",
+                              (double)dr_wav_out_samples(c->wav) / c->sample_rate, "t", dr_clock_s() - c->t0, "bytes",
+                              (json_int_t)dr_wav_out_bytes(c->wav), "rss_bytes", (json_int_t)dr_mem_rss_bytes());
         emit_json_event(j);
     }
     if (c->pause_env && c->chunks == 1) pause_for_signal();
@@ -417,8 +419,9 @@ static json_t *settings_json(const synth_args *a, const drama_result *r, const c
     return o;
 }
 
-static void write_receipt(const synth_args *a, const drama_result *r, const char *format, drama_status st,
-                          const drama_error *err, const char *out_sha, uint64_t out_bytes, double wall) {
+/* Returns 0 when the receipt was written. */
+static int write_receipt(const synth_args *a, const drama_result *r, const char *format, drama_status st,
+                         const drama_error *err, const char *out_sha, uint64_t out_bytes, double wall) {
     json_t *files = NULL;
     drama_error herr = {0};
     if (dr_receipt_dir_files(a->model_dir, &files, &herr) != DRAMA_OK) files = json_null();
@@ -454,8 +457,30 @@ static void write_receipt(const synth_args *a, const drama_result *r, const char
     else
         json_object_set_new(j, "output", json_null());
     drama_error werr = {0};
-    if (dr_receipt_write(a->receipt, j, &werr) != DRAMA_OK) fprintf(stderr, "drama synthesize: %s\n", werr.message);
+    int bad = dr_receipt_write(a->receipt, j, &werr) != DRAMA_OK;
+    if (bad) fprintf(stderr, "drama synthesize: --receipt: %s\n", werr.message);
     json_decref(j);
+    return bad;
+}
+
+/* An output named by a flag (-o, --receipt, --save-codes) must be creatable before any work
+ * starts: its folder exists and is writable, and the path is not a folder. */
+static drama_status check_output_path(const char *flag, const char *path, drama_error *err) {
+    if (!path || !strcmp(path, "-")) return DRAMA_OK;
+    if (!*path) return dr_fail(err, DRAMA_EINVAL, "%s: the path is empty", flag);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return dr_fail(err, DRAMA_EIO, "%s: %s is a directory", flag, path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return dr_fail(err, DRAMA_EIO, "%s: %s: folder %s does not exist", flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return dr_fail(err, DRAMA_EIO, "%s: %s: folder %s is not writable: %s", flag, path, dir, strerror(errno));
+    return DRAMA_OK;
 }
 
 static int exit_code_for(drama_status st) {
@@ -517,9 +542,14 @@ int cmd_synthesize(int argc, char **argv) {
     }
     a.req.references = refs;
     a.req.n_references = a.n_refs;
+    st = check_output_path("--receipt", a.receipt, &err);
+    if (st != DRAMA_OK) a.receipt = NULL; /* it could not be written either */
+    if (st == DRAMA_OK) st = check_output_path("--save-codes", a.save_codes, &err);
+    if (st != DRAMA_OK) goto done;
     if (a.text_file) {
         text_buf = read_text_file(a.text_file, &err);
         if (!text_buf) {
+            dr_error_prefix(&err, "--text-file: ");
             st = err.code;
             goto done;
         }
@@ -560,7 +590,10 @@ int cmd_synthesize(int argc, char **argv) {
     if (st == DRAMA_OK && a.save_codes) {
         dr_codes codes = {.n_frames = res.frames, .n_codebooks = res.n_codebooks, .data = res.codes};
         st = dr_codes_write(a.save_codes, &codes, &err);
-        if (st != DRAMA_OK) dr_error_prefix(&err, "--save-codes: ");
+        if (st != DRAMA_OK) {
+            dr_error_prefix(&err, "--save-codes: ");
+            snprintf(res.finish_reason, sizeof res.finish_reason, "error");
+        }
     }
     if (st == DRAMA_OK) {
         out_bytes = dr_wav_out_bytes(ctx.wav);
@@ -596,10 +629,15 @@ done:
                 strcmp(a.out, "-") ? a.out : "stdout", res.frames, res.audio_seconds, wall,
                 res.audio_seconds > 0 ? wall / res.audio_seconds : 0.0, res.seed, res.finish_reason);
     }
-    if (a.receipt) write_receipt(&a, &res, dr_wav_format_name(fmt), st, &err, published ? out_sha : NULL, out_bytes, wall);
+    int receipt_failed = 0;
+    if (a.receipt)
+        receipt_failed = write_receipt(&a, &res, dr_wav_format_name(fmt), st, &err, published ? out_sha : NULL,
+                                       out_bytes, wall);
     drama_result_free(&res);
     drama_session_free(session);
     drama_model_close(model);
     free(text_buf);
+    /* The audio is published, but a run whose record was asked for and lost is not a success. */
+    if (st == DRAMA_OK && receipt_failed) return DR_EXIT_ERROR;
     return exit_code_for(st);
 }

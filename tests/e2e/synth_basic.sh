@@ -89,6 +89,11 @@ gen_end=$(jq .phases.generate.rss_end_bytes l.json)
 dec_end=$(jq .phases.decode.rss_end_bytes l.json)
 echo "low-memory: rss at end of generate $gen_end, at end of decode $dec_end"
 jq -e '.phases.load and .phases.generate and .phases.decode' l.json >/dev/null || fail "low-memory phases missing"
+# Model file hashes: computed on the first receipt, from the size+mtime cache on later ones.
+jq -e '[.model.files[].cached] | any | not' a.json >/dev/null || fail "first receipt claims cached hashes"
+jq -e '[.model.files[].cached] | all' l.json >/dev/null || fail "second receipt rehashed the model files"
+[ "$(jq -c '[.model.files[].sha256]' a.json)" = "$(jq -c '[.model.files[].sha256]' l.json)" ] \
+    || fail "cached hashes differ from computed ones"
 ok "--low-memory byte-identical; --save-codes has $N frames"
 
 # --progress-json: one JSON object per line with phases, frames and chunks.
@@ -101,6 +106,9 @@ set -e
 jq -e . pj.log >/dev/null || fail "--progress-json output is not JSON lines"
 [ "$(jq -r 'select(.event=="frames") | .frames' pj.log | tail -1)" = $N ] || fail "no final frames event"
 [ "$(jq -c 'select(.event=="chunk")' pj.log | wc -l)" -ge 1 ] || fail "no chunk events"
+# Memory in use on every phase, frames and chunk event.
+[ "$(jq -c 'select(.event!="done") | select((.rss_bytes // 0) <= 0)' pj.log | wc -l)" -eq 0 ] \
+    || fail "an event without rss_bytes: $(jq -c 'select(.event!="done") | select((.rss_bytes // 0) <= 0)' pj.log | head -1)"
 [ "$(jq -c 'select(.event=="phase" and .phase=="generate")' pj.log | wc -l)" -eq 1 ] || fail "no phase event"
 ok "--progress-json events"
 no_leftovers "$WORK"

@@ -56,4 +56,23 @@ set -e
 [ ! -e x.wav ] || fail "a failed run published x.wav"
 no_leftovers "$WORK"
 ok "bad model / output dir / reserved token / empty text: exit 1, clear message, no file"
+
+# Side outputs are checked before any work: an unwritable --receipt / --save-codes path fails
+# first (no generation, no audio published); a text file that cannot be read is named.
+set +e
+"$DRAMA_BIN" synthesize --model "$MODEL" --text hi -o x.wav --frames 2 --receipt "$WORK/no/dir/r.json" \
+    --progress-json 2>e5; r5=$?
+"$DRAMA_BIN" synthesize --model "$MODEL" --text hi -o x.wav --frames 2 --save-codes "$WORK/no/dir/c.json" \
+    --progress-json 2>e6; r6=$?
+"$DRAMA_BIN" synthesize --model "$MODEL" --text hi -o x.wav --frames 2 --receipt "$WORK" 2>e7; r7=$?
+"$DRAMA_BIN" synthesize --model "$MODEL" --text-file "$WORK/none.txt" -o x.wav --frames 2 2>e8; r8=$?
+set -e
+[ $r5 -eq 1 ] && grep -q -- "--receipt.*no/dir" e5 || fail "bad --receipt folder: exit $r5: $(cat e5)"
+[ $r6 -eq 1 ] && grep -q -- "--save-codes.*no/dir" e6 || fail "bad --save-codes folder: exit $r6: $(cat e6)"
+[ $r7 -eq 1 ] && grep -q -- "--receipt.*directory" e7 || fail "--receipt naming a folder: exit $r7: $(cat e7)"
+[ $r8 -eq 1 ] && grep -q -- "--text-file.*none.txt" e8 || fail "missing --text-file: exit $r8: $(cat e8)"
+if grep -q '"event":"frames"' e5 e6; then fail "generation ran before the side-output check"; fi
+[ ! -e x.wav ] || fail "a run with a bad side output published x.wav"
+no_leftovers "$WORK"
+ok "unwritable --receipt / --save-codes, missing --text-file: exit 1 before generation, no file"
 echo PASS
