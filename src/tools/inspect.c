@@ -284,10 +284,14 @@ drama_status dr_inspect(const char *dir, const dr_inspect_options *opts, FILE *o
     ins_report r = {0};
     fprintf(out, "# drama inspect %s\n\n", dir);
     print_files(dir, out);
+    /* FORMATS.md 7 rule 2: a model whose manifest refuses it is not parsed at all. */
+    int verified = ins_manifest(dir, out, &r);
 
     drama_error e = {0};
     dr_config *cfg = NULL;
-    if (dr_config_load(dir, o.sets, o.n_sets, &cfg, &e)) {
+    if (!verified) {
+        fprintf(out, "(the manifest refuses the model: nothing else is read)\n\n");
+    } else if (dr_config_load(dir, o.sets, o.n_sets, &cfg, &e)) {
         ins_problem(&r, 1, "config: %s", e.message);
         cfg = NULL;
     } else {
@@ -295,11 +299,13 @@ drama_status dr_inspect(const char *dir, const dr_inspect_options *opts, FILE *o
     }
 
     dr_tok_info tok = {0};
-    ins_tokens(dir, cfg, out, &r, &tok);
+    if (verified) ins_tokens(dir, cfg, out, &r, &tok);
 
     dr_ckpt *ck = NULL;
     e = (drama_error){0};
-    if (dr_ckpt_open(dir, &ck, &e)) {
+    if (!verified) {
+        ck = NULL;
+    } else if (dr_ckpt_open(dir, &ck, &e)) {
         ins_problem(&r, 1, "checkpoint: %s", e.message);
         ck = NULL;
     } else {
@@ -337,8 +343,10 @@ drama_status dr_inspect(const char *dir, const dr_inspect_options *opts, FILE *o
         if (bb_bound) print_layers(&bb, out);
     }
 
-    ins_codec(dir, out, &r);
-    print_template(dir, o.max_template_bytes, out);
+    if (verified) {
+        ins_codec(dir, out, &r);
+        print_template(dir, o.max_template_bytes, out);
+    }
 
     /* findings */
     int fatal = 0, strict = cfg ? cfg->sw.loader_strict : 0;

@@ -35,4 +35,9 @@ void ins_tokens(const char *dir, const dr_config *cfg, FILE *out, ins_report *r,
 /* "## codec" section: codec.pth or codec.safetensors inventory, load check, ignored entries. */
 void ins_codec(const char *dir, FILE *out, ins_report *r);
 
+/* "## manifest" section when DIR/drama-manifest.json exists: every listed file's size and SHA-256
+ * (digest cache as `drama verify`); mismatches are fatal, unlisted files warnings. Returns 0 when
+ * the manifest refuses the model (the caller then parses nothing else), 1 otherwise. */
+int ins_manifest(const char *dir, FILE *out, ins_report *r);
+
 #endif

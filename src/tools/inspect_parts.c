@@ -1,11 +1,14 @@
-/* inspect_parts.c - the tokenizer and codec sections of `drama inspect`. */
+/* inspect_parts.c - the manifest, tokenizer and codec sections of `drama inspect`. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/sha256.h"
 #include "codec/codec.h"
+#include "io/manifest.h"
 #include "io/safetensors.h"
 #include "io/torchzip.h"
 #include "text/tokenizer.h"
@@ -224,4 +227,68 @@ done:
     free(items);
     dr_pth_close(p);
     dr_st_close(sf);
+}
+
+/* ---- manifest (FORMATS.md 7): verified before anything is parsed ---- */
+
+typedef struct ins_manifest_ctx {
+    FILE *out;
+    ins_report *r;
+} ins_manifest_ctx;
+
+static void manifest_finding(const dr_manifest_finding *f, void *user) {
+    ins_manifest_ctx *c = user;
+    if (!strcmp(f->kind, "ok")) {
+        fprintf(c->out, "- ok: %s%s\n", f->file->path, f->from_cache ? " (cached digest)" : "");
+    } else if (!strcmp(f->kind, "missing")) {
+        fprintf(c->out, "- MISSING: %s\n", f->file->path);
+        ins_problem(c->r, 1, "manifest: %s is listed but missing", f->file->path);
+    } else if (!strcmp(f->kind, "size")) {
+        fprintf(c->out, "- SIZE: %s: %llu bytes, manifest says %llu\n", f->file->path,
+                (unsigned long long)f->actual_size, (unsigned long long)f->file->size);
+        ins_problem(c->r, 1, "manifest: %s: size %llu, expected %llu", f->file->path,
+                    (unsigned long long)f->actual_size, (unsigned long long)f->file->size);
+    } else {
+        fprintf(c->out, "- MISMATCH: %s: sha256 %s, manifest says %s\n", f->file->path, f->actual_sha256,
+                f->file->sha256);
+        ins_problem(c->r, 1, "manifest: %s: SHA-256 mismatch: expected %s, actual %s", f->file->path,
+                    f->file->sha256, f->actual_sha256);
+    }
+}
+
+int ins_manifest(const char *dir, FILE *out, ins_report *r) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, DR_MANIFEST_NAME);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 1; /* no manifest: nothing to verify */
+    fprintf(out, "## manifest\n\n");
+    dr_manifest *m = NULL;
+    drama_error e = {0};
+    if (dr_manifest_load(path, &m, &e)) {
+        fprintf(out, "- unreadable\n\n");
+        ins_problem(r, 1, "manifest: %s", e.message);
+        return 0;
+    }
+    char cache[PATH_MAX];
+    const char *cache_path = dr_sha256_default_cache(cache, sizeof cache) ? cache : NULL;
+    ins_manifest_ctx ctx = {out, r};
+    e = (drama_error){0};
+    drama_status st = dr_manifest_verify(m, dir, cache_path, manifest_finding, &ctx, &e);
+    if (st && st != DRAMA_EHASH) ins_problem(r, 1, "manifest: %s", e.message); /* a read error */
+    /* Files present but not listed are "unverified" (FORMATS.md 7 rule 3): a warning. */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char fp[PATH_MAX];
+        snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, DR_MANIFEST_NAME) || stat(fp, &sb) != 0 ||
+            !S_ISREG(sb.st_mode) || dr_manifest_find(m, de->d_name))
+            continue;
+        fprintf(out, "- unverified: %s (not in the manifest)\n", de->d_name);
+        ins_problem(r, 0, "manifest: %s is not listed (unverified)", de->d_name);
+    }
+    if (d) closedir(d);
+    fprintf(out, "\n");
+    dr_manifest_free(m);
+    return st == DRAMA_OK;
 }

@@ -59,6 +59,19 @@ grep -q '^NOT LOADABLE: ' "$T/misshaped.out" || bad "misshaped: verdict"
 grep -qxF "| tower.norm_offset | 1.0 | --set |" "$T/set.out" || bad "--set source not reported"
 "$DRAMA_BIN" inspect "$T/base" --set no.such.switch=1 > "$T/unk.out" 2>&1 && bad "unknown switch accepted"
 
+# a manifest (FORMATS.md 7): verified before anything is parsed; a changed file refuses the model
+export DRAMA_CACHE_DIR="$T/cache"
+"$DRAMA_BIN" verify "$T/base" --write > /dev/null || bad "verify --write"
+expect base 0 "- ok: config.json"
+grep -q '^- ok: model-00001-of-00002.safetensors' "$T/base.out" || bad "manifest: shard not listed as ok"
+echo note > "$T/base/notes.txt"
+expect base 0 "warning: manifest: notes.txt is not listed (unverified)"
+printf '\x01' | dd of="$T/base/model-00002-of-00002.safetensors" bs=1 seek=100000 conv=notrunc 2> /dev/null
+expect base 1 "error: manifest: model-00002-of-00002.safetensors: SHA-256 mismatch: expected "
+grep -q '^## checkpoint' "$T/base.out" && bad "manifest mismatch: the checkpoint was still parsed"
+echo '{"format": "drama-manifest", "version": 1, "files": [{"path": "../x", "size": 1, "sha256": "00"}]}' > "$T/base/drama-manifest.json"
+expect base 1 "error: manifest: $T/base/drama-manifest.json: files[0]: path '../x'"
+
 # a golden copy whose config.json disagrees with tokenizer.json
 G=${DRAMA_GOLDEN:-}
 if [ -f "$G/tiny-drama3/config.json" ]; then
