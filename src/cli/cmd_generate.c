@@ -11,8 +11,10 @@
  * (codebooks 1..9, MODEL.md 11 step 3) as one JSON line on stdout; without --frames it stops
  * there (no generation, --codes-out optional). Compare tower switch settings with it.
  *
- * The first "prefill" rows of ROWS.json are one prefill call; later rows are appended one call
- * each. --frames N asks for exactly N frames (fewer if the end token comes first); without it
+ * The first "prefill" rows of ROWS.json are one prefill call (0: the first row); later rows are
+ * appended one call each, to both states when guided (U.json's rows after its own "prefill"
+ * pair with them one to one). The prompt has a reference when any row of ROWS.json is audio.
+ * --frames N asks for exactly N frames (fewer if the end token comes first); without it
  * the run ends at the end token or fails at the frame cap. CODES.json is written through a
  * temporary file and renamed only on success: a failed or interrupted run publishes nothing. */
 #include <errno.h>
@@ -54,7 +56,8 @@ static void usage(FILE *f) {
             "  --ras-top-p P         (0, 1], default 0.9\n"
             "  --frame-cap N         >= 1, default 750 (or N of --frames when larger)\n"
             "  --cfg-gamma G         0..5, default 0; needs --uncond-rows when the prompt has a reference\n"
-            "  --uncond-rows U.json  the same prompt without the reference (guidance's second state)\n"
+            "  --uncond-rows U.json  the same prompt without the reference (guidance's second state); its rows\n"
+            "                        after its \"prefill\" pair one to one with those of ROWS.json\n"
             "  --cfg-mode M          paired (one batched step, default) or separate\n"
             "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
             "  --threads N           worker threads (default: all CPUs)\n"
@@ -182,7 +185,7 @@ static double now_s(void) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *rows_path = NULL, *uncond_path = NULL, *out_path = NULL, *dump_path = NULL;
     const char *sets[64];
-    int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0, score_only = 0;
+    int n_sets = 0, threads = 0, have_seed = 0, have_cap = 0, score_only = 0, usage_error = 0;
     long long frames = 0, lv;
     double dv;
     dr_gen_options o;
@@ -242,10 +245,6 @@ int cmd_generate(int argc, char **argv) {
     }
     o.frames = (int)frames;
     if (frames > 0 && !have_cap && frames > o.sp.frame_cap) o.sp.frame_cap = (int)frames;
-    if (!have_seed && generate) {
-        if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
-        fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
-    }
 
     drama_error err = {0};
     int rc = DR_EXIT_ERROR;
@@ -258,6 +257,10 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "drama generate: %s\n", err.message);
         return DR_EXIT_USAGE;
     }
+    if (!have_seed && generate) {
+        if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
+        fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
+    }
     if ((st = dr_gen_lm_open(model, sets, n_sets, threads, NULL, &lm, &err))) goto done;
     int nc = lm->tower.d.num_codebooks;
     col.nc = nc;
@@ -265,6 +268,33 @@ int cmd_generate(int argc, char **argv) {
     if (uncond_path && (st = dr_rows_read(uncond_path, nc + 1, &urows, &err))) goto done;
     if (rows.n_rows == 0) {
         st = dr_fail(&err, DRAMA_EEMPTY, "%s: no rows", rows_path);
+        goto done;
+    }
+    /* The prompt has a reference when any of its rows is audio, wherever the "prefill" split puts
+     * it (the library's auto-detection would see the first call only). */
+    o.has_reference = 0;
+    for (int64_t r = 0; r < rows.n_rows; r++) {
+        int32_t t = rows.data[r * (nc + 1)];
+        o.has_reference |= t >= lm->semantic_start && t < lm->semantic_start + lm->n_semantic;
+    }
+    int guided = o.sp.cfg_gamma > 0 && o.has_reference;
+    /* "prefill": K rows in the first call (K = 0: every row one call, as `drama forward`) */
+    int64_t k = rows.prefill > 0 ? rows.prefill : 1, uk = urows.prefill > 0 ? urows.prefill : 1;
+    if (guided && !urows.n_rows) {
+        st = dr_fail(&err, DRAMA_EINVAL, "--cfg-gamma %g: the prompt has a reference, so guidance needs --uncond-rows",
+                     (double)o.sp.cfg_gamma);
+        usage_error = 1;
+        goto done;
+    }
+    /* rows after the prefill are appended to both states one call each (the same continuation,
+     * e.g. teacher-forced frames), so both files must have as many of them */
+    if (guided && rows.n_rows - k != urows.n_rows - uk) {
+        st = dr_fail(&err, DRAMA_EINVAL,
+                     "%s: %lld rows after its prefill of %lld, but %s has %lld after its prefill of %lld; guidance "
+                     "appends each later row to both states, so the counts must match",
+                     uncond_path, (long long)(urows.n_rows - uk), (long long)uk, rows_path,
+                     (long long)(rows.n_rows - k), (long long)k);
+        usage_error = 1;
         goto done;
     }
     o.allow_empty = !generate;
@@ -279,11 +309,12 @@ int cmd_generate(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     double t0 = now_s();
     /* the prefill call, then any later rows one call each (the ROWS.json convention) */
-    int64_t k = rows.prefill > 0 ? rows.prefill : rows.n_rows;
-    const int32_t *ur = urows.n_rows ? urows.data : NULL;
-    if ((st = dr_gen_prefill(s, rows.data, k, ur, urows.n_rows, &err))) goto done;
-    for (int64_t r = k; r < rows.n_rows; r++)
-        if ((st = dr_gen_prefill(s, rows.data + r * (nc + 1), 1, NULL, 0, &err))) goto done;
+    const int32_t *ur = guided ? urows.data : NULL;
+    if ((st = dr_gen_prefill(s, rows.data, k, ur, guided ? uk : 0, &err))) goto done;
+    for (int64_t r = k, ru = uk; r < rows.n_rows; r++, ru++)
+        if ((st = dr_gen_prefill(s, rows.data + r * (nc + 1), 1, guided ? urows.data + ru * (nc + 1) : NULL,
+                                 guided ? 1 : 0, &err)))
+            goto done;
     double t1 = now_s();
     if (score_only) {
         double mean = 0;
@@ -328,6 +359,7 @@ done:
     if (st) {
         fprintf(stderr, "drama generate: %s\n", err.message);
         rc = st == DRAMA_EFRAMELIMIT ? DR_EXIT_FRAME_LIMIT : st == DRAMA_ECANCELLED ? DR_EXIT_CANCELLED : DR_EXIT_ERROR;
+        if (usage_error) rc = DR_EXIT_USAGE;
         if (st == DRAMA_ECANCELLED && g_interrupted) fprintf(stderr, "drama generate: interrupted, nothing written\n");
     }
     free(col.codes);

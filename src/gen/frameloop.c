@@ -174,14 +174,22 @@ static int is_audio(const dr_gen_session *s, const int32_t *row) {
     return t >= s->m->bb.semantic_start && t < s->m->bb.semantic_start + s->ncand - 1;
 }
 
+/* Rows the frame loop can pair with the tower: an audio row's c0 is its semantic token and every
+ * code is a row of the tower's code table (checked here so the error names the prefill). */
 static drama_status check_rows(const dr_gen_session *s, const int32_t *rows, int64_t n, const char *what,
                                drama_error *err) {
+    int64_t stride = s->m->tower->d.code_stride;
     for (int64_t r = 0; r < n; r++) {
         const int32_t *row = rows + r * (s->nc + 1);
         if (row[0] < 0) return dr_fail(err, DRAMA_EINVAL, "%s row %lld: negative token id %d", what, (long long)r, row[0]);
-        if (is_audio(s, row) && row[1] != row[0] - s->m->bb.semantic_start)
+        if (!is_audio(s, row)) continue;
+        if (row[1] != row[0] - s->m->bb.semantic_start)
             return dr_fail(err, DRAMA_EINVAL, "%s row %lld: semantic token %d but c0 column %d", what, (long long)r,
                            row[0], row[1]);
+        for (int j = 0; j < s->nc; j++)
+            if (row[1 + j] < 0 || row[1 + j] >= stride)
+                return dr_fail(err, DRAMA_EINVAL, "%s row %lld: code c%d = %d outside the tower's code table [0, %lld)",
+                               what, (long long)r, j, row[1 + j], (long long)stride);
     }
     return DRAMA_OK;
 }
@@ -226,26 +234,36 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
     drama_status st = check_rows(s, rows, n_rows, "prefill", err);
     if (st) return st;
     const int W = s->nc + 1;
+    int has_ref = s->has_ref, guided = s->guided;
     if (!s->prefilled) {
-        int has_ref = s->o.has_reference;
+        /* -1: decided here, once, from the first prefill's rows (a reference voice is part of the
+         * prompt's start); callers whose first call lacks the reference rows pass 0 or 1 */
+        has_ref = s->o.has_reference;
         if (has_ref < 0) {
             has_ref = 0;
             for (int64_t r = 0; r < n_rows; r++) has_ref |= is_audio(s, rows + r * W);
         }
         /* a request without a reference voice is never guided, whatever gamma */
+        guided = s->o.sp.cfg_gamma > 0 && has_ref;
+    }
+    if (guided) {
+        if (!uncond_rows || n_uncond <= 0)
+            return dr_fail(err, DRAMA_EINVAL, "cfg_gamma %g with a reference needs the unconditional rows",
+                           (double)s->o.sp.cfg_gamma);
+        if ((st = check_rows(s, uncond_rows, n_uncond, "unconditional prefill", err))) return st;
+    }
+    /* states are created only once the rows are known to be usable; leftovers of a first prefill
+     * that failed before the backbone ran (out of memory) are empty and dropped, so a retry
+     * neither leaks nor needs a reset */
+    if (!s->prefilled) {
+        free_states(s);
         s->has_ref = has_ref;
-        s->guided = s->o.sp.cfg_gamma > 0 && has_ref;
+        s->guided = guided;
         if ((st = s->m->bb.state_create(s->m->bb.impl, &s->cond, err))) return st;
         if (s->guided && (st = s->m->bb.state_create(s->m->bb.impl, &s->uncond, err))) {
             free_states(s);
             return st;
         }
-    }
-    if (s->guided) {
-        if (!uncond_rows || n_uncond <= 0)
-            return dr_fail(err, DRAMA_EINVAL, "cfg_gamma %g with a reference needs the unconditional rows",
-                           (double)s->o.sp.cfg_gamma);
-        if ((st = check_rows(s, uncond_rows, n_uncond, "unconditional prefill", err))) return st;
     }
     float *hidden = dr_alloc((size_t)n_rows * s->H * sizeof(float));
     float *th = dr_alloc((size_t)(n_rows + 1) * s->H * sizeof(float));
@@ -280,6 +298,7 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
     float *tl = NULL;
     if (s->score && nt > 0 && !(tl = dr_alloc((size_t)nt * (s->nc - 1) * s->hv * sizeof(float)))) {
         st = dr_fail(err, DRAMA_ENOMEM, "prefill: out of memory for the tower scores");
+        s->invalid = 1; /* the backbone states already hold the rows */
         goto done;
     }
     if (nt > 0 && (st = dr_tower_forward(s->m->tower, s->tc, (int)nt, th, tcodes, tmask, NULL, tl, s->m->pool, err))) {

@@ -28,6 +28,9 @@ drama_status dr_tower_dims_from_config(const dr_config *cfg, dr_tower_dims *d, d
     d->n_shared = a->shared_enrichment_layers;
     d->code_stride = sw->tower_code_stride;
     d->head_vocab = sw->tower_head_vocab;
+    dr_switch_source src = DR_SRC_BUILTIN;
+    char text[32];
+    d->head_vocab_auto = dr_config_switch_text(cfg, "tower.head_vocab", text, sizeof text, &src) && src == DR_SRC_BUILTIN;
     d->rope_dims = sw->tower_rope_dims;
     d->rope_base = a->rope_base;
     d->rope_half = sw->tower_rope_half;
@@ -197,10 +200,16 @@ static drama_status bind_all(dr_tower *t, const dr_tower_dims *d, binder *b) {
     for (int l = 0; l < t->n_layers; l++) TRY(bind_layer(t, l, b));
     t->input_dim = t->layers[0].dh;
     TRY(bind_mat(b, d->code_table, -(int64_t)d->num_codebooks * d->code_stride, t->layers[0].de, &t->code_table));
+    /* The default head_vocab (1024, the codec's residual codebook) cannot exceed the heads: a
+     * model with smaller heads (its own residual codebook) samples all their rows. An explicit
+     * tower.head_vocab is never changed. */
+    const dr_tensor *head0 = b->find(b->ctx, HEAD_PREFIX "0.weight");
+    if (d->head_vocab_auto && head0 && head0->ndim == 2 && head0->shape[0] > 0 && head0->shape[0] < d->head_vocab)
+        t->d.head_vocab = (int)head0->shape[0];
     for (int j = 0; j < t->n_heads_out; j++) {
         char n[128];
         snprintf(n, sizeof n, HEAD_PREFIX "%d.weight", j);
-        TRY(bind_mat(b, n, -(int64_t)d->head_vocab, d->dim, &t->heads[j]));
+        TRY(bind_mat(b, n, -(int64_t)t->d.head_vocab, d->dim, &t->heads[j]));
     }
     if (b->problems) {
         drama_status code = b->err ? b->err->code : DRAMA_ESHAPE;

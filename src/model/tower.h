@@ -33,6 +33,7 @@ typedef struct dr_tower_dims {
     int n_shared;          /* shared_enrichment_layers */
     int64_t code_stride;   /* V, switch tower.code_stride */
     int head_vocab;        /* switch tower.head_vocab */
+    int head_vocab_auto;   /* the switch was not set: heads with fewer rows lower head_vocab to them */
     int rope_dims;         /* switch tower.rope_dims (resolved) */
     double rope_base;
     int rope_half;         /* switch tower.rope_pairing: 0 interleaved (x[2i], x[2i+1]), 1 half */

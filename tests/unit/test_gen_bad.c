@@ -216,8 +216,50 @@ static void test_bad_options_and_batches(void **state) {
     dr_gen_session_free(ss[1]);
 }
 
+/* A rejected first prefill of a guided request (no unconditional rows, a code outside the tower's
+ * table in them) leaves the session untouched: the retry needs no reset, leaks nothing (valgrind)
+ * and generates the codes of a session that never failed. */
+static void test_guided_prefill_retry(void **state) {
+    fixture *f = *state;
+    int64_t n;
+    int32_t *ref = tu_load_i32(tu_golden("ref/e2e-ref12.safetensors"), "prompt.rows", &n);
+    int64_t n_ref = n / f->W;
+    dr_gen_options o;
+    dr_gen_options_default(&o);
+    o.sp.seed = 11;
+    o.sp.cfg_gamma = 1.0f;
+    int32_t want[16], got[16];
+    dr_gen_finish fin;
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, ref, n_ref, f->rows, f->n, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_next(s, want, &fin, &e), DRAMA_OK);
+    dr_gen_session_free(s);
+    assert_int_equal(dr_gen_session_create(&f->lm->model, &o, &s, &e), DRAMA_OK);
+    expect(dr_gen_prefill(s, ref, n_ref, NULL, 0, &e), DRAMA_EINVAL, &e, "unconditional rows");
+    int32_t *bad = malloc((size_t)f->n * f->W * sizeof(int32_t));
+    memcpy(bad, f->rows, (size_t)f->n * f->W * sizeof(int32_t));
+    /* an audio row in the unconditional prompt whose c3 is beyond the tower's code table */
+    bad[f->W] = (int32_t)f->lm->semantic_start + 2;
+    bad[f->W + 1] = 2;
+    bad[f->W + 4] = (int32_t)f->lm->tower.d.code_stride;
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, ref, n_ref, bad, f->n, &e), DRAMA_EINVAL, &e, "unconditional prefill row 1: code c3");
+    printf("bad unconditional row: %s\n", e.message);
+    dr_error_clear(&e);
+    expect(dr_gen_prefill(s, ref, n_ref, f->rows, f->n, &e), DRAMA_OK, &e, NULL);
+    assert_true(dr_gen_guided(s));
+    assert_int_equal(dr_gen_next(s, got, &fin, &e), DRAMA_OK);
+    assert_memory_equal(got, want, (size_t)(f->W - 1) * sizeof(int32_t));
+    dr_gen_session_free(s);
+    free(bad);
+    free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_guided_prefill_retry),
         cmocka_unit_test(test_bad_rows),
         cmocka_unit_test(test_non_finite_and_failures),
         cmocka_unit_test(test_bad_options_and_batches),

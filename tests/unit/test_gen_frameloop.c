@@ -154,6 +154,11 @@ static run_result run(const dr_gen_model *m, const dr_gen_options *o, const int3
     return r;
 }
 
+static void expect_status(drama_status got, drama_status want, const drama_error *e, const char *needle) {
+    if (got != want) fail_msg("status %d, expected %d (%s)", got, want, e->message);
+    if (needle && !strstr(e->message, needle)) fail_msg("message '%s' lacks '%s'", e->message, needle);
+}
+
 static void assert_same(const run_result *a, const run_result *b, int NC, const char *what) {
     printf("%s: %d vs %d frames\n", what, a->n, b->n);
     assert_int_equal(a->n, b->n);
@@ -501,6 +506,68 @@ static void test_clone(void **state) {
     dr_gen_session_free(b);
 }
 
+typedef struct collected {
+    run_result *r;
+    int nc;
+} collected;
+
+static int collect_frame(void *ctx, int64_t index, const int32_t *frame) {
+    collected *c = ctx;
+    assert_int_equal(index, c->r->n);
+    memcpy(c->r->codes + c->r->n++ * c->nc, frame, (size_t)c->nc * sizeof(int32_t));
+    return 0;
+}
+
+/* Streaming does not change the codes: frames handed to a callback (dr_gen_run) equal frames
+ * pulled one by one; a guided state extended in two prefills (the conditional and the
+ * unconditional rows each split, the shared tail appended to both) equals one guided prefill. */
+static void test_streamed_and_guided_parts(void **state) {
+    fixture *f = *state;
+    int NC = f->lm1->tower.d.num_codebooks, W = NC + 1;
+    dr_gen_options o;
+    sampled_options(&o, 0xfeedull, 9);
+    run_result pulled = run(&f->lm2->model, &o, f->rows_ref, f->n_ref, NULL, 0);
+    run_result streamed;
+    memset(&streamed, 0, sizeof streamed);
+    collected col = {&streamed, NC};
+    dr_gen_session *s;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_session_create(&f->lm2->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
+    streamed.st = dr_gen_run(s, collect_frame, &col, &streamed.fin, &e);
+    dr_gen_session_free(s);
+    assert_true(pulled.n > 0);
+    assert_same(&pulled, &streamed, NC, "callback vs pull");
+    /* the rows both prompts end with (user turn, assistant start) form the second prefill */
+    int64_t tail = 0;
+    while (tail < f->n_noref - 1 && tail < 6 &&
+           !memcmp(f->rows_ref + (f->n_ref - 1 - tail) * W, f->rows_noref + (f->n_noref - 1 - tail) * W,
+                   (size_t)W * sizeof(int32_t)))
+        tail++;
+    assert_true(tail >= 1);
+    o.sp.cfg_gamma = 2.0f;
+    run_result whole = run(&f->lm1->model, &o, f->rows_ref, f->n_ref, f->rows_noref, f->n_noref);
+    run_result parts;
+    memset(&parts, 0, sizeof parts);
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref - tail, f->rows_noref, f->n_noref - tail, &e), DRAMA_OK);
+    assert_true(dr_gen_guided(s));
+    /* an extension of a guided state needs its unconditional rows too */
+    expect_status(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, NULL, 0, &e), DRAMA_EINVAL, &e,
+                  "unconditional");
+    dr_error_clear(&e);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, f->rows_noref + (f->n_noref - tail) * W,
+                                    tail, &e), DRAMA_OK);
+    while (parts.n < 64) {
+        parts.st = dr_gen_next(s, parts.codes + parts.n * NC, &parts.fin, &e);
+        if (parts.st || parts.fin != DR_FINISH_NONE) break;
+        parts.n++;
+    }
+    dr_gen_session_free(s);
+    printf("guided prefill split before the last %lld rows\n", (long long)tail);
+    assert_same(&whole, &parts, NC, "guided prefill in two parts vs whole");
+}
+
 /* tower.prefill_codes = same_row and tower.input = pre_norm reach the frame loop: the greedy
  * codes change (the golden run uses the defaults, so equality would mean the switch is ignored),
  * and the run is still deterministic. */
@@ -588,6 +655,7 @@ int main(void) {
         cmocka_unit_test(test_clone),
         cmocka_unit_test(test_frameloop_switches),
         cmocka_unit_test(test_score_matches_golden_tower),
+        cmocka_unit_test(test_streamed_and_guided_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -232,10 +232,12 @@ static void test_bad_input(void **state) {
     d.code_table = "audio_decoder_mtp.no_such_table.weight";
     assert_int_not_equal(dr_tower_bind(&t2, &d, find_in_shards, &f->sh, &e), DRAMA_OK);
     assert_non_null(strstr(e.message, "no_such_table"));
-    /* a wrong head_vocab beyond the head rows is a shape error */
+    /* a wrong head_vocab beyond the head rows is a shape error (set explicitly: only the built-in
+     * default is lowered to the head rows, test_model_tower_switches) */
     dr_error_clear(&e);
     d = f->tower.d;
     d.head_vocab = (int)f->tower.heads[0].rows + 1;
+    d.head_vocab_auto = 0;
     assert_int_equal(dr_tower_bind(&t2, &d, find_in_shards, &f->sh, &e), DRAMA_ESHAPE);
     assert_non_null(strstr(e.message, "heads.0"));
 }

@@ -288,6 +288,7 @@ static void test_dims_from_config(void **state) {
     assert_int_equal(dr_tower_dims_from_config(cfg, &d, &e), DRAMA_OK);
     assert_int_equal(d.rope_dims, (int)lround(cfg->audio.rotary_percent * cfg->audio.head_dim));
     assert_int_equal(d.head_vocab, 1024);
+    assert_true(d.head_vocab_auto); /* not set anywhere: heads with fewer rows may lower it */
     assert_true(d.code_stride == cfg->audio.vocab_size);
     assert_true(d.norm_offset == 0 && !d.rope_half && !d.concat_hidden_first && !d.shared_code_none && !d.qk_norm &&
                 !d.prefill_same_row && !d.input_pre_norm && !d.rope_freq_head_dim);
@@ -303,6 +304,7 @@ static void test_dims_from_config(void **state) {
                 d.prefill_same_row && d.input_pre_norm && d.rope_freq_head_dim);
     assert_int_equal(d.rope_dims, 8);
     assert_int_equal(d.head_vocab, 512);
+    assert_false(d.head_vocab_auto); /* set with --set: binding never changes it */
     assert_int_equal(d.code_stride, 2048);
     dr_config_free(cfg);
     /* an odd rope_dims is refused naming the switch (by the config or by the tower) */
@@ -315,10 +317,41 @@ static void test_dims_from_config(void **state) {
     assert_non_null(strstr(e.message, "tower.rope_dims"));
 }
 
+/* tower.head_vocab: the built-in default lowered to heads with fewer rows (a model with a smaller
+ * residual codebook); an explicit value larger than the heads is an error naming the head. */
+static void test_head_vocab_default(void **state) {
+    (void)state;
+    static table tb;
+    build(&tb);
+    dr_tower_dims d;
+    memset(&d, 0, sizeof d);
+    d.dim = D; d.n_head = NH; d.n_kv_head = NKV; d.head_dim = HD; d.ffn = FF; d.eps = 1e-6;
+    d.num_codebooks = NC; d.n_shared = NS; d.code_stride = V; d.rope_base = 1e7; d.rope_dims = HD / 2;
+    d.code_table = "audio_decoder_mtp.codebook_embeddings.weight";
+    d.head_vocab = 4 * HROWS;
+    d.head_vocab_auto = 1;
+    dr_tower t;
+    drama_error e = {0};
+    if (dr_tower_bind(&t, &d, find, &tb, &e)) fail_msg("%s", e.message);
+    assert_int_equal(t.d.head_vocab, HROWS);
+    dr_tower_release(&t);
+    d.head_vocab = HV; /* fewer than the rows: kept */
+    if (dr_tower_bind(&t, &d, find, &tb, &e)) fail_msg("%s", e.message);
+    assert_int_equal(t.d.head_vocab, HV);
+    dr_tower_release(&t);
+    d.head_vocab = 4 * HROWS;
+    d.head_vocab_auto = 0;
+    assert_int_not_equal(dr_tower_bind(&t, &d, find, &tb, &e), DRAMA_OK);
+    printf("explicit head_vocab %d > %d rows: %s\n", 4 * HROWS, HROWS, e.message);
+    assert_non_null(strstr(e.message, "audio_decoder_mtp.heads.0.weight"));
+    for (int i = 0; i < tb.n; i++) free(tb.data[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_switch_combinations),
         cmocka_unit_test(test_dims_from_config),
+        cmocka_unit_test(test_head_vocab_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
