@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # drama inspect on broken checkpoints: a missing tensor, a mis-shaped tensor, an extra tensor, a
 # quantised weight without its scale, a missing tower tensor (generated with make-model's test
-# hooks, at a non-square shape), and a golden copy whose config disagrees with its tokenizer.
+# hooks, at a non-square shape), a golden copy whose config disagrees with its tokenizer, a
+# manifest, and golden copies with corrupted shards, index and codec.pth.
 # Each must give its specific finding line; fatal ones a non-zero exit.
 set -u
 [ -n "${DRAMA_BIN:-}" ] && [ -x "$DRAMA_BIN" ] || { echo "DRAMA_BIN not set"; exit 77; }
@@ -80,6 +81,35 @@ if [ -f "$G/tiny-drama3/config.json" ]; then
     rm "$T/cfgbad/config.json"
     sed 's/"semantic_start_token_id": 2012/"semantic_start_token_id": 2013/' "$G/tiny-drama3/config.json" > "$T/cfgbad/config.json"
     expect cfgbad 1 "error: tokens: config.json semantic_start_token_id 2013 differs from tokenizer id(<|semantic:0|>) 2012"
+
+    # corrupted files: each is named with the fault, exit 1, never a crash
+    corrupt() { # name file want-line shell-command (run in the copy)
+        local d=$1 f=$2 want=$3 cmd=$4
+        mkdir -p "$T/$d"
+        for g in "$G"/tiny-drama3/*; do ln -s "$(realpath "$g")" "$T/$d/$(basename "$g")"; done
+        rm "$T/$d/$f"
+        cp "$G/tiny-drama3/$f" "$T/$d/$f"
+        chmod u+w "$T/$d/$f"
+        (cd "$T/$d" && eval "$cmd")
+        expect "$d" 1 "$want"
+    }
+    S1=model-00001-of-00002.safetensors
+    S2=model-00002-of-00002.safetensors
+    corrupt trunc $S2 "error: checkpoint: $T/trunc/$S2: tensor '" "truncate -s 1000000 $S2"
+    corrupt hdrlen $S1 "error: checkpoint: $T/hdrlen/$S1: header length 9223372036854775807 exceeds the limit" \
+        "printf '\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x7f' | dd of=$S1 conv=notrunc 2> /dev/null"
+    corrupt hdrpast $S1 "error: checkpoint: $T/hdrpast/$S1: header length 16777216 runs past the end of the file" \
+        "printf '\\x00\\x00\\x00\\x01\\x00\\x00\\x00\\x00' | dd of=$S1 conv=notrunc 2> /dev/null"
+    corrupt hdrjson $S1 "error: checkpoint: $T/hdrjson/$S1: header JSON invalid near byte offset" \
+        "printf 'X' | dd of=$S1 bs=1 seek=9 conv=notrunc 2> /dev/null"
+    corrupt index model.safetensors.index.json "error: checkpoint: $T/index/model.safetensors.index.json: weight_map['a']: shard name '../x.safetensors' contains '/'" \
+        "echo '{\"weight_map\": {\"a\": \"../x.safetensors\"}}' > model.safetensors.index.json"
+    corrupt noshard model.safetensors.index.json "error: checkpoint: $T/noshard: shard 'model-00003-of-00003.safetensors' named by the index is missing" \
+        "sed -i 's/model-00002-of-00002/model-00003-of-00003/' model.safetensors.index.json"
+    corrupt codec codec.pth "error: codec: $T/codec/codec.pth: " "truncate -s 100000 codec.pth"
+    for d in trunc hdrlen hdrpast hdrjson index noshard codec; do
+        grep -q 'Sanitizer\|Segmentation' "$T/$d.err" && bad "$d: crashed: $(cat "$T/$d.err")"
+    done
 fi
 [ $fail -eq 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
