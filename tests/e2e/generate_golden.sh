@@ -2,7 +2,8 @@
 # drama generate: golden greedy frames (ref/e2e-noref, ref/e2e-ref12) exact through the CLI;
 # same seed twice and threads 1 vs 2 byte-identical; guidance paired vs separate identical;
 # frame cap -> exit 3 and no file; bad parameters -> exit 2 naming the flag; a non-golden shape
-# (make-model custom, tower dim != hidden) generates.
+# (make-model custom: tower dim != hidden, 5 codebooks, 300-row heads) generates reproducibly,
+# guided paired = separate; guidance's ROWS.json / U.json pairing errors exit 2.
 set -u
 [ -n "${DRAMA_BIN:-}" ] && [ -x "$DRAMA_BIN" ] || { echo "DRAMA_BIN not set"; exit 77; }
 [ -n "${DRAMA_GOLDEN:-}" ] && [ -d "$DRAMA_GOLDEN" ] || { echo "DRAMA_GOLDEN not set"; exit 77; }
@@ -90,15 +91,51 @@ nref=$(jq '.case.ref.frames' "$DRAMA_GOLDEN/ref/e2e-ref12.json")
 [ "$(jq '.scored_positions' "$T/score.json")" = "$nref" ] && [ "$(jq '.tower_nll | length' "$T/score.json")" = 9 ] \
     && echo "score: $(cat "$T/score.json")" || bad "score output: $(cat "$T/score.json")"
 
-# another shape: tower dim differs from the backbone hidden, other heads, other FFN
+# another shape (held out from the golden one): tower dim != backbone hidden, other head counts, 5
+# codebooks, code vocabulary 512, heads of 300 rows (the default head_vocab follows them), 2
+# shared layers; a prompt with a reference (audio rows) and one without
 if "$DRAMA_BIN" make-model "$T/custom" --shape custom --hidden 96 --layers 4 --num-experts 8 --top-k 2 --moe-inter 32 \
       --shared-inter 48 --head-dim 32 --tower-dim 80 --tower-heads 5 --tower-kv-heads 1 --tower-head-dim 16 \
-      --tower-inter 112 --seed 3 > "$T/custom.make" 2>&1; then
-    printf '{"rows": [[1,0,0,0,0,0,0,0,0,0,0],[2,0,0,0,0,0,0,0,0,0,0],[3,0,0,0,0,0,0,0,0,0,0]], "prefill": 3}' > "$T/crows.json"
-    "$DRAMA_BIN" generate --model "$T/custom" --rows "$T/crows.json" --frames 4 --seed 1 --codes-out "$T/c.json" \
-        2> "$T/c.err" || bad "custom shape: $(cat "$T/c.err")"
-    [ "$(jq '.codes | length' "$T/c.json" 2> /dev/null)" -ge 1 ] 2> /dev/null && echo "custom shape: generated" \
-        || bad "custom shape: no frames"
+      --tower-inter 112 --tower-shared-layers 2 --codebooks 5 --code-vocab 512 --head-rows 300 --codec none \
+      --seed 3 > "$T/custom.make" 2>&1; then
+    S0=$(jq '.semantic_start_token_id' "$T/custom/config.json")
+    jq -nc --argjson s "$S0" '[[1,0,0,0,0,0],[2,0,0,0,0,0]] as $t | [[7,0,0,0,0,0],[8,0,0,0,0,0]] as $u
+        | [range(6) | [$s + (. * 37 % 512), (. * 37 % 512), (. * 11 % 300), (. * 13 % 300), (. * 17 % 300), (. * 19 % 300)]] as $a
+        | {ref: {rows: ($t + $a + $u), prefill: 8}, noref: {rows: ($t + $u), prefill: 2}}' > "$T/cprompts.json"
+    jq -c '.ref' "$T/cprompts.json" > "$T/cref.json"      # prefill 8: the last two rows one call each
+    jq -c '.noref' "$T/cprompts.json" > "$T/cnoref.json"
+    CG=("$DRAMA_BIN" generate --model "$T/custom" --frames 6 --seed 77)
+    "${CG[@]}" --rows "$T/cref.json" --threads 1 --codes-out "$T/c1.json" 2> "$T/c.err" || bad "custom shape: $(cat "$T/c.err")"
+    "${CG[@]}" --rows "$T/cref.json" --threads 2 --codes-out "$T/c2.json" 2> /dev/null || bad "custom shape, 2 threads"
+    [ "$(jq '.codes | length' "$T/c1.json" 2> /dev/null)" = 6 ] && [ "$(jq '[.codes[][1:][]] | max' "$T/c1.json")" -lt 300 ] \
+        && [ "$(jq '[.codes[] | length] | unique' -c "$T/c1.json")" = "[5]" ] && echo "custom shape: 6 frames of 5 codes" \
+        || bad "custom shape: codes $(cat "$T/c1.json" 2> /dev/null)"
+    cmp -s "$T/c1.json" "$T/c2.json" || bad "custom shape: threads 1 vs 2 differ"
+    for mode in paired separate; do
+        "${CG[@]}" --rows "$T/cref.json" --uncond-rows "$T/cnoref.json" --cfg-gamma 2 --cfg-mode $mode \
+            --codes-out "$T/cg-$mode.json" 2> "$T/cg.err" || bad "custom guided $mode: $(cat "$T/cg.err")"
+    done
+    cmp -s "$T/cg-paired.json" "$T/cg-separate.json" && ! cmp -s "$T/c1.json" "$T/cg-paired.json" \
+        && echo "custom shape: guided paired = separate, != unguided" || bad "custom shape: guidance codes"
+    # U.json must pair its continuation rows with ROWS.json's (here 2 after the prefill); a guided
+    # reference prompt without U.json is a usage error
+    jq -c '.prefill = 4' "$T/cnoref.json" > "$T/cnoref4.json"
+    "${CG[@]}" --rows "$T/cref.json" --uncond-rows "$T/cnoref4.json" --cfg-gamma 2 --codes-out "$T/x.json" 2> "$T/x.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "counts must match" "$T/x.err" && [ ! -e "$T/x.json" ] \
+        || bad "unpaired continuation rows: exit $rc: $(cat "$T/x.err")"
+    "${CG[@]}" --rows "$T/cref.json" --cfg-gamma 2 --codes-out "$T/x.json" 2> "$T/x.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--uncond-rows" "$T/x.err" && [ ! -e "$T/x.json" ] \
+        || bad "guided without U.json: exit $rc: $(cat "$T/x.err")"
+    # a reference after the prefill split still counts: prefill 1, every later row one call
+    jq -c '.prefill = 1' "$T/cref.json" > "$T/cref1.json"
+    "${CG[@]}" --rows "$T/cref1.json" --cfg-gamma 2 --codes-out "$T/x.json" 2> "$T/x.err"
+    rc=$?
+    [ $rc -eq 2 ] || bad "reference after the prefill split not seen: exit $rc: $(cat "$T/x.err")"
+    "$DRAMA_BIN" generate --model "$T/custom" --rows "$T/cref.json" --score > "$T/cs.json" 2> "$T/cs.err" \
+        && [ "$(jq '.tower_nll | length' "$T/cs.json")" = 4 ] && [ "$(jq '.scored_positions' "$T/cs.json")" = 6 ] \
+        && echo "custom shape score: $(cat "$T/cs.json")" || bad "custom score: $(cat "$T/cs.json" "$T/cs.err")"
 else
     echo "make-model custom failed (not this test's subject): $(tail -2 "$T/custom.make")"
 fi
