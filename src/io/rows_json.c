@@ -112,12 +112,14 @@ drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama
             buf = grown;
             cap *= 2;
         }
+        errno = 0;
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
         if (got == 0) break;
     }
+    int read_errno = errno; /* EISDIR for a directory */
     if (!buf || len == cap) st = dr_fail(err, DRAMA_ENOMEM, "%s: file too large or out of memory", path);
-    else if (ferror(f)) st = dr_fail(err, DRAMA_EIO, "%s: read error", path);
+    else if (ferror(f)) st = dr_fail(err, DRAMA_EIO, "%s: read error: %s", path, strerror(read_errno ? read_errno : EIO));
     if (!is_stdin) fclose(f);
     if (st) {
         free(buf);
