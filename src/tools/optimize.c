@@ -161,10 +161,7 @@ static drama_status open_source(opt_run *r, drama_error *err) {
         st = dr_backbone_bind(&r->bb, r->ld, err);
         r->bb_bound = 1;
     }
-    if (st) {
-        dr_error_prefix(err, "%s", src);
-        return st;
-    }
+    if (st) return st; /* the readers' messages name the file */
     dr_loader_finish(r->ld);
     /* the tower is not bound here: its tensors are "unexpected" and get copied like the rest */
     if (dr_findings_fatal(dr_loader_findings(r->ld), 0)) {
