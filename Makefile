@@ -36,7 +36,10 @@ test-fuzz:
 	cmake --build build-fuzz -j$(JOBS)
 	cd build-fuzz && ctest --output-on-failure -j$(JOBS) -L fuzz
 
-demo: deps build
+# The demo needs only the CLI: build that target, not the tests and benchmarks.
+demo: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS) --target drama
 	@test -f $(DEMO_MODEL)/config.json || ./$(BUILD)/drama make-model $(DEMO_MODEL) --shape tiny --seed 1
 	./$(BUILD)/drama inspect $(DEMO_MODEL)
 	./$(BUILD)/drama synthesize --model $(DEMO_MODEL) --text "$(DEMO_TEXT)" --frames 40 --seed 7 -o demo.wav
