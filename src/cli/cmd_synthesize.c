@@ -284,6 +284,16 @@ static int parse_args(int argc, char **argv, synth_args *a) {
         fprintf(stderr, "drama synthesize: --frames and --frames-per-batch exclude each other\n");
         return DR_EXIT_USAGE;
     }
+    /* One run, three files: none may overwrite another (same spelling; "-" is a stream). */
+    const char *outs[3] = {a->out, a->receipt, a->save_codes};
+    const char *out_flags[3] = {"-o", "--receipt", "--save-codes"};
+    for (int i = 0; i < 3; i++)
+        for (int k = i + 1; k < 3; k++)
+            if (outs[i] && outs[k] && strcmp(outs[i], "-") && !strcmp(outs[i], outs[k])) {
+                fprintf(stderr, "drama synthesize: %s and %s name the same file '%s'\n", out_flags[i], out_flags[k],
+                        outs[i]);
+                return DR_EXIT_USAGE;
+            }
     if (a->save_codes && !strcmp(a->save_codes, "-") && !strcmp(a->out, "-")) {
         fprintf(stderr, "drama synthesize: --save-codes - and -o - would both write to stdout\n");
         return DR_EXIT_USAGE;

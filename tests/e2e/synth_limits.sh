@@ -40,6 +40,8 @@ expect_usage --reference-text --model "$MODEL" --text hi -o x.wav --reference a.
 expect_usage --model --text hi -o x.wav
 expect_usage --text --model "$MODEL" -o x.wav
 expect_usage --bogus --model "$MODEL" --text hi -o x.wav --bogus 1
+expect_usage "same file" --model "$MODEL" --text hi -o x.wav --receipt x.wav
+expect_usage "same file" --model "$MODEL" --text hi -o x.wav --save-codes c.json --receipt c.json
 [ ! -e x.wav ] || fail "usage error wrote a file"
 ok "bad flags: exit 2 naming the flag"
 
