@@ -136,6 +136,17 @@ static void sampled_options(dr_gen_options *o, uint64_t seed, int frames) {
     o->allow_empty = 1;
 }
 
+/* Pulls frames from a prefilled session until a finish or an error (at most 64). */
+static void drain(dr_gen_session *s, run_result *r) {
+    int NC = dr_gen_num_codebooks(s);
+    drama_error e = {0};
+    while (r->n < 64) {
+        r->st = dr_gen_next(s, r->codes + r->n * NC, &r->fin, &e);
+        if (r->st || r->fin != DR_FINISH_NONE) break;
+        r->n++;
+    }
+}
+
 static run_result run(const dr_gen_model *m, const dr_gen_options *o, const int32_t *rows, int64_t n,
                       const int32_t *urows, int64_t un) {
     run_result r;
@@ -144,12 +155,7 @@ static run_result run(const dr_gen_model *m, const dr_gen_options *o, const int3
     drama_error e = {0};
     if (dr_gen_session_create(m, o, &s, &e)) fail_msg("%s", e.message);
     if (dr_gen_prefill(s, rows, n, urows, un, &e)) fail_msg("%s", e.message);
-    int NC = dr_gen_num_codebooks(s);
-    while (r.n < 64) {
-        r.st = dr_gen_next(s, r.codes + r.n * NC, &r.fin, &e);
-        if (r.st || r.fin != DR_FINISH_NONE) break;
-        r.n++;
-    }
+    drain(s, &r);
     dr_gen_session_free(s);
     return r;
 }
@@ -423,11 +429,7 @@ static void test_cancel_then_fresh_run(void **state) {
     assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref, NULL, 0, &e), DRAMA_OK);
     run_result again;
     memset(&again, 0, sizeof again);
-    while (again.n < 64) {
-        again.st = dr_gen_next(s, again.codes + again.n * NC, &again.fin, &e);
-        if (again.st || again.fin != DR_FINISH_NONE) break;
-        again.n++;
-    }
+    drain(s, &again);
     assert_same(&ref, &again, NC, "cancelled then fresh run vs uncancelled");
     /* dr_gen_cancel from outside, between frames */
     assert_int_equal(dr_gen_reset(s, NULL), DRAMA_OK);
@@ -453,11 +455,7 @@ static void test_extend_equals_whole(void **state) {
     assert_int_equal(dr_gen_prefill(s, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
     run_result part;
     memset(&part, 0, sizeof part);
-    while (part.n < 64) {
-        part.st = dr_gen_next(s, part.codes + part.n * NC, &part.fin, &e);
-        if (part.st || part.fin != DR_FINISH_NONE) break;
-        part.n++;
-    }
+    drain(s, &part);
     assert_same(&whole, &part, NC, "prefill in two parts vs whole");
     dr_gen_session_free(s);
 }
@@ -489,12 +487,7 @@ static void test_clone(void **state) {
     assert_int_equal(dr_gen_prefill(a, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
     assert_int_equal(dr_gen_prefill(b, f->rows_ref + k * (NC + 1), f->n_ref - k, NULL, 0, &e), DRAMA_OK);
     for (run_result *r = &ra; r; r = r == &ra ? &rb : NULL) {
-        dr_gen_session *s = r == &ra ? a : b;
-        while (r->n < 64) {
-            r->st = dr_gen_next(s, r->codes + r->n * NC, &r->fin, &e);
-            if (r->st || r->fin != DR_FINISH_NONE) break;
-            r->n++;
-        }
+        drain(r == &ra ? a : b, r);
     }
     assert_same(&whole, &ra, NC, "clone of the prefix + rest vs whole");
     assert_same(&whole2, &rb, NC, "clone with new params vs whole with them");
@@ -558,11 +551,7 @@ static void test_streamed_and_guided_parts(void **state) {
     dr_error_clear(&e);
     assert_int_equal(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, f->rows_noref + (f->n_noref - tail) * W,
                                     tail, &e), DRAMA_OK);
-    while (parts.n < 64) {
-        parts.st = dr_gen_next(s, parts.codes + parts.n * NC, &parts.fin, &e);
-        if (parts.st || parts.fin != DR_FINISH_NONE) break;
-        parts.n++;
-    }
+    drain(s, &parts);
     dr_gen_session_free(s);
     printf("guided prefill split before the last %lld rows\n", (long long)tail);
     assert_same(&whole, &parts, NC, "guided prefill in two parts vs whole");
