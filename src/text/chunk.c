@@ -40,11 +40,6 @@ static uint32_t cp_at(const char *t, size_t end, size_t pos, size_t *next) {
     return cp;
 }
 
-static int is_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 static int is_newline(uint32_t c) { return c == '\n' || c == '\r' || c == 0x85 || c == 0x2028 || c == 0x2029; }
 
 /* Sentence ends; full-width ones end a sentence even without a following space (CJK text has none). */
@@ -83,12 +78,6 @@ static size_t direction_end(const char *t, size_t end, size_t pos) {
     return 0;
 }
 
-static size_t skip_spaces(const char *t, size_t end, size_t pos) {
-    size_t next;
-    while (pos < end && is_space(cp_at(t, end, pos, &next))) pos = next;
-    return pos;
-}
-
 /* End of the unit that starts at pos, at the given level (see the file comment). */
 static size_t unit_end(const char *t, size_t end, size_t pos, int level) {
     size_t next;
@@ -106,7 +95,7 @@ static size_t unit_end(const char *t, size_t end, size_t pos, int level) {
             continue;
         }
         uint32_t c = cp_at(t, end, p, &next);
-        if (level == 0 && is_newline(c)) return skip_spaces(t, end, next);
+        if (level == 0 && is_newline(c)) return tok_skip_space(t, end, next);
         if (level == 0 && (is_sentence_end(c) || is_fullwidth_end(c))) {
             int fullwidth = is_fullwidth_end(c);
             size_t q = next, qn;
@@ -118,12 +107,12 @@ static size_t unit_end(const char *t, size_t end, size_t pos, int level) {
                 q = qn;
             }
             uint32_t after = cp_at(t, end, q, &qn);
-            if (fullwidth || is_space(after)) return skip_spaces(t, end, q);
+            if (fullwidth || tok_is_space(after)) return tok_skip_space(t, end, q);
             p = q;
             continue;
         }
-        if (level == 1 && is_clause_mark(c)) return skip_spaces(t, end, next);
-        if (level == 2 && is_space(c)) return skip_spaces(t, end, next);
+        if (level == 1 && is_clause_mark(c)) return tok_skip_space(t, end, next);
+        if (level == 2 && tok_is_space(c)) return tok_skip_space(t, end, next);
         p = next;
     }
     return end;
@@ -168,12 +157,12 @@ static size_t render(packer *p, const entry *e, int n) {
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         const turn *t = &p->turns[e[i].turn];
-        size_t s = skip_spaces(p->text, e[i].end, e[i].start), f = e[i].end;
+        size_t s = tok_skip_space(p->text, e[i].end, e[i].start), f = e[i].end;
         while (f > s) { /* trim trailing whitespace */
             size_t q = f - 1;
             while (q > s && ((unsigned char)p->text[q] & 0xC0) == 0x80) q--;
             size_t nx;
-            if (!is_space(cp_at(p->text, f, q, &nx))) break;
+            if (!tok_is_space(cp_at(p->text, f, q, &nx))) break;
             f = q;
         }
         if (f == s) continue; /* nothing left to say in this entry */
@@ -294,8 +283,8 @@ drama_status dr_chunk_text(dr_tok *tok, const char *text, size_t len, const dr_c
         size_t tag = pos < len && text[pos] == '<' ? dr_prompt_speaker_tag_at(text, len, pos, NULL) : 0;
         if (!tag && pos < len) continue;
         cur.end = pos;
-        cur.start = skip_spaces(text, cur.end, cur.start);
-        int keep = cur.start < cur.end && skip_spaces(text, cur.end, cur.start) < cur.end;
+        cur.start = tok_skip_space(text, cur.end, cur.start);
+        int keep = cur.start < cur.end && tok_skip_space(text, cur.end, cur.start) < cur.end;
         if (keep && n_turns == cap) {
             turn *g = realloc(turns, cap * 2 * sizeof *turns);
             if (!g) {

@@ -84,20 +84,14 @@ static size_t speaker_like_at(const char *text, size_t len, size_t pos) {
     return 0;
 }
 
-static int is_space_cp(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* Byte offset of the first non-whitespace code point (len if none). Input is valid UTF-8. */
-static size_t skip_space(const char *text, size_t len, size_t pos) {
-    while (pos < len) {
-        uint32_t cp;
-        int bad, k = tok_utf8_next((const unsigned char *)text + pos, len - pos, &cp, &bad);
-        if (!k || !is_space_cp(cp)) break;
-        pos += (size_t)k;
+/* 1 when something other than whitespace and valid speaker tags remains (there is speech). */
+static int has_speech(const char *text, size_t len) {
+    for (size_t pos = tok_skip_space(text, len, 0); pos < len; pos = tok_skip_space(text, len, pos)) {
+        size_t tag = dr_prompt_speaker_tag_at(text, len, pos, NULL);
+        if (!tag) return 1;
+        pos += tag;
     }
-    return pos;
+    return 0;
 }
 
 drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t len, const char *what,
@@ -106,7 +100,7 @@ drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t
     drama_error local = {0};
     if (dr_utf8_check(text, len, what, &local) != DRAMA_OK)
         return dr_fail(err, DRAMA_EINVAL, "invalid_utf8: %s", local.message);
-    if (skip_space(text, len, 0) == len)
+    if (tok_skip_space(text, len, 0) == len)
         return dr_fail(err, DRAMA_EEMPTY, "empty_text: %s is empty after trimming whitespace", what);
     for (size_t pos = 0; pos < len;) {
         size_t n = dr_prompt_speaker_tag_at(text, len, pos, NULL);
@@ -126,6 +120,8 @@ drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t
                            what, (int)(n > 64 ? 64 : n), text + pos, pos, DR_PROMPT_SPEAKERS - 1);
         pos++;
     }
+    if (!has_speech(text, len))
+        return dr_fail(err, DRAMA_EEMPTY, "empty_text: %s has only speaker tags and whitespace", what);
     return DRAMA_OK;
 }
 
@@ -298,7 +294,7 @@ drama_status dr_prompt_user(dr_prompt *p, const char *text, size_t len, drama_er
     drama_status st = dr_prompt_validate_text(p->tok, text, len, "text", err);
     if (st) return st;
     char *tagged = NULL;
-    if (p->opt.default_speaker_tag && !dr_prompt_speaker_tag_at(text, len, skip_space(text, len, 0), NULL)) {
+    if (p->opt.default_speaker_tag && !dr_prompt_speaker_tag_at(text, len, tok_skip_space(text, len, 0), NULL)) {
         static const char tag[] = "<|speaker:0|>";
         tagged = malloc(len + sizeof tag);
         if (!tagged) return dr_fail(err, DRAMA_ENOMEM, "prompt: out of memory");

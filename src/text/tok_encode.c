@@ -78,9 +78,19 @@ drama_status dr_utf8_check(const char *text, size_t len, const char *what, drama
     return DRAMA_OK;
 }
 
-static int is_unicode_space(uint32_t c) {
+int tok_is_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+size_t tok_skip_space(const char *text, size_t len, size_t pos) {
+    while (pos < len) {
+        uint32_t cp;
+        int bad, k = tok_utf8_next((const unsigned char *)text + pos, len - pos, &cp, &bad);
+        if (!k || !tok_is_space(cp)) break;
+        pos += (size_t)k;
+    }
+    return pos;
 }
 
 static int is_word_char(uint32_t c) {
@@ -396,14 +406,9 @@ drama_status dr_tok_encode(dr_tok *tok, const char *text, size_t len, dr_ids *ou
         const tok_added *t = &tok->added[idx];
         size_t left = pos, right = pos + t->len;
         if (t->lstrip) /* absorb whitespace before the match into it */
-            while (left > stretch && is_unicode_space(char_at(text, len, prev_char(text, left))))
+            while (left > stretch && tok_is_space(char_at(text, len, prev_char(text, left))))
                 left = prev_char(text, left);
-        if (t->rstrip)
-            while (right < len && is_unicode_space(char_at(text, len, right))) {
-                uint32_t cp;
-                int bad, k = tok_utf8_next((const unsigned char *)text + right, len - right, &cp, &bad);
-                right += k ? (size_t)k : 1;
-            }
+        if (t->rstrip) right = tok_skip_space(text, len, right); /* and whitespace after it */
         st = encode_stretch(tok, text + stretch, left - stretch, md, out, err);
         if (!st) st = dr_ids_push(out, t->id, err);
         pos = stretch = right;

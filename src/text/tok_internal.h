@@ -104,4 +104,10 @@ drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err);
  * or 0 when the sequence is invalid (then *bad_len is the maximal invalid subpart, >= 1). */
 int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp, int *bad_len);
 
+/* Unicode White_Space (what the reference's regex engine calls \s and Rust's char::is_whitespace):
+ * the one whitespace rule of the text stage (added-token stripping, trimming, chunking). */
+int tok_is_space(uint32_t c);
+/* Byte offset of the first code point at or after pos that is not whitespace (len if none). */
+size_t tok_skip_space(const char *text, size_t len, size_t pos);
+
 #endif

@@ -124,6 +124,10 @@ static void validation(void **state) {
     expect_invalid(tok, "<|speaker:|>hi", 14, DRAMA_EINVAL, "invalid_speaker_tag");
     expect_invalid(tok, "<|speaker:two|>hi", 17, DRAMA_EINVAL, "invalid_speaker_tag");
     expect_invalid(tok, "abc\xff", 4, DRAMA_EINVAL, "byte offset 3");
+    /* speaker tags alone say nothing: empty, like whitespace (the chunker would find no turn) */
+    expect_invalid(tok, "<|speaker:9|>", 13, DRAMA_EEMPTY, "empty_text: text has only speaker tags");
+    expect_invalid(tok, " <|speaker:0|>\n<|speaker:1|>\xe3\x80\x80", 31, DRAMA_EEMPTY, "empty_text");
+    assert_int_equal(dr_prompt_validate_text(tok, "<|speaker:0|>.", 14, "text", NULL), DRAMA_OK);
 
     /* the builder rejects bad user text and bad references with the same messages */
     drama_error err = {0};
