@@ -49,10 +49,13 @@ static void print_files(const char *dir, FILE *out) {
     DIR *d = opendir(dir);
     if (!d) return;
     char *names[512];
-    int n = 0;
+    int n = 0, more = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 512)
-        if (e->d_name[0] != '.') names[n] = strdup(e->d_name), n += names[n] != NULL;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (n == 512) more++; /* a model folder has a few dozen files; say what is not listed */
+        else names[n] = strdup(e->d_name), n += names[n] != NULL;
+    }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     fprintf(out, "## files\n\n");
@@ -70,6 +73,7 @@ static void print_files(const char *dir, FILE *out) {
         }
         free(names[i]);
     }
+    if (more) fprintf(out, "- ... and %d more files (not listed)\n", more);
     fprintf(out, "\n");
 }
 
