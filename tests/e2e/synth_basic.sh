@@ -111,5 +111,15 @@ jq -e . pj.log >/dev/null || fail "--progress-json output is not JSON lines"
     || fail "an event without rss_bytes: $(jq -c 'select(.event!="done") | select((.rss_bytes // 0) <= 0)' pj.log | head -1)"
 [ "$(jq -c 'select(.event=="phase" and .phase=="generate")' pj.log | wc -l)" -eq 1 ] || fail "no phase event"
 ok "--progress-json events"
+# A progress bar when stderr is a terminal (script(1) provides one), none when it is not.
+if command -v script >/dev/null 2>&1; then
+    script -qc "\"$DRAMA_BIN\" synthesize --model \"$MODEL\" --text \"$TEXT\" -o tty.wav --frames $N --seed 42" \
+        /dev/null > tty.log 2>&1 || fail "run on a terminal failed: $(tail -c 300 tty.log)"
+    grep -aq "\[#*\.*\] batch 1/1  frame $N/$N" tty.log || fail "no progress bar on a terminal: $(tail -c 300 tty.log)"
+    cmp a.wav tty.wav || fail "output on a terminal differs"
+    synth notty.wav --frames $N --seed 42
+    [ ! -s last.err ] || fail "-q wrote to stderr: $(cat last.err)"
+    ok "progress bar on a terminal, silent with -q"
+fi
 no_leftovers "$WORK"
 echo PASS
