@@ -512,6 +512,11 @@ static void test_validation(void **state) {
     e = (drama_error){0};
     assert_int_equal(dr_mm_validate(&o, &e), DRAMA_EINVAL);
     assert_non_null(strstr(e.message, "--heads"));
+    o = small_opts(DR_MM_BF16);
+    o.dims.partial_rotary = 1e-300; /* rounds to 0 rotated dims: the loader would refuse the config */
+    e = (drama_error){0};
+    assert_int_equal(dr_mm_validate(&o, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "--partial-rotary"));
     assert_int_equal(dr_mm_shape_defaults("huge", &o), 0);
     /* full shape: the dims of MODEL.md 3 */
     assert_true(dr_mm_shape_defaults("full", &o));
