@@ -45,7 +45,7 @@ static char *tokenizer_path(const char *arg) {
 
 static int decode(dr_tok *tok, const char *input, size_t len, drama_error *err) {
     json_error_t jerr;
-    json_t *root = json_loadb(input, len, 0, &jerr);
+    json_t *root = json_loadb(input, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         dr_fail(err, DRAMA_EFORMAT, "ids input: invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
         return fail(err);
@@ -63,7 +63,7 @@ static int decode(dr_tok *tok, const char *input, size_t len, drama_error *err) 
     for (size_t i = 0; ids && i < n; i++) {
         json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-            dr_fail(err, DRAMA_EFORMAT, "ids input: ids[%zu]: expected a non-negative integer", i);
+            dr_fail(err, DRAMA_EFORMAT, "ids input: ids[%zu]: expected an integer id in 0..%d", i, INT32_MAX);
             rc = fail(err);
             goto done;
         }
