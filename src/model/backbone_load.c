@@ -76,6 +76,21 @@ static drama_status read_drama_experts(const dr_ckpt *ck, json_t **out, drama_er
     return DRAMA_OK;
 }
 
+/* Routed experts missing without metadata.drama_experts: most likely a pruned checkpoint whose
+ * index (or kept-expert list) is absent. Say so first, so the summary line explains the list. */
+static void pruned_hint(dr_findings *f) {
+    int n = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->items[i].kind == DR_FIND_MISSING && strstr(f->items[i].name, ".experts.")) n++;
+    if (n == 0) return;
+    dr_findings_add(f, DR_FIND_MISSING, "model.safetensors.index.json: metadata.drama_experts",
+                    "absent, so every routed expert must be stored, but %d expert tensors are missing (a pruned "
+                    "checkpoint lists its kept experts there, FORMATS.md 5)", n);
+    dr_finding hint = f->items[f->n - 1];
+    memmove(f->items + 1, f->items, (size_t)(f->n - 1) * sizeof *f->items);
+    f->items[0] = hint;
+}
+
 static drama_status kept_for_layer(const json_t *de, int L, const dr_bb_dims *d, dr_bb_moe *m, drama_error *err) {
     m->slot = malloc((size_t)d->E * sizeof(int));
     m->kept = malloc((size_t)d->E * sizeof(int));
@@ -346,6 +361,7 @@ static drama_status bind_all(dr_backbone *bb, dr_loader *ld, drama_error *err) {
     free(per_expert);
     json_decref(de);
     if (st) return st;
+    if (!bb->has_experts_meta) pruned_hint(f);
     /* default token ids from config.json; the tokenizer's ids replace them (dr_backbone_set_tokens) */
     bb->sem_start = cfg->tokens.semantic_start;
     bb->n_sem = cfg->tokens.semantic_end >= cfg->tokens.semantic_start && cfg->tokens.semantic_start >= 0

@@ -346,6 +346,23 @@ static void test_other_shapes(void **s) {
         printf("other shape, %s: ok\n", variants[v].tag);
     }
     for (int v = 0; v < NV; v++) free(logits[v]);
+    /* a pruned checkpoint reduced to a lone model.safetensors loses its kept-expert list: the
+     * error says so first (FORMATS.md 5 keeps it in the index only) */
+    snprintf(mdir, sizeof mdir, "%s/pruned_single", dir);
+    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' %s --experts fp8 --prune 4 --shards 1 >/dev/null 2>&1 && "
+             "rm '%s/model.safetensors.index.json' && mv '%s/model-00001-of-00001.safetensors' '%s/model.safetensors'",
+             bin(), mdir, dims, mdir, mdir, mdir);
+    assert_int_equal(run_cmd(cmd), 0);
+    char out[4300], err_path[4300];
+    snprintf(out, sizeof out, "%s/pruned_single.out.safetensors", dir);
+    snprintf(err_path, sizeof err_path, "%s/pruned_single.err", dir);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' 2>'%s'", bin(), mdir, rows, out, err_path);
+    assert_int_equal(run_cmd(cmd), 1);
+    char *msg = tu_read_file(err_path, NULL);
+    printf("pruned single file -> %.200s\n", msg);
+    assert_non_null(strstr(msg, "load findings: missing: model.safetensors.index.json: metadata.drama_experts: absent"));
+    free(msg);
+    assert_null(fopen(out, "rb"));
     tu_rm_rf(dir);
 }
 
