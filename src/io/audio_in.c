@@ -59,7 +59,8 @@ static drama_status read_sf(SNDFILE *sf, const SF_INFO *info, const char *label,
     sf_count_t got = sf_readf_float(sf, inter, frames);
     if (got <= 0) {
         free(inter), free(mono);
-        return dr_fail(err, DRAMA_EFORMAT, "%s: could not decode any samples (%s)", label, sf_strerror(sf));
+        return dr_fail(err, DRAMA_EFORMAT, "%s: could not decode any samples (truncated or corrupt?): %s", label,
+                       sf_strerror(sf));
     }
     /* a decoder error part way (a truncated FLAC loses sync) must not yield a silently shortened clip */
     if (got < frames && sf_error(sf)) {

@@ -117,10 +117,83 @@ static void test_cli_rejects_out_of_range(void **state) {
     tu_rm_rf(dir);
 }
 
+/* run `drama codec ARGS -o OUT`: exit code want, stderr naming the problem, nothing at OUT */
+static void expect_cli(const char *dir, const char *args, int want, const char *needle) {
+    char cmd[4096], out[512], log[512];
+    snprintf(out, sizeof out, "%s/out.any", dir);
+    snprintf(log, sizeof log, "%s/stderr.txt", dir);
+    snprintf(cmd, sizeof cmd, "%s codec %s -o %s 2>%s", bin(), args, out, log);
+    int rc = run(cmd);
+    size_t n;
+    char *msg = tu_read_file(log, &n);
+    printf("  -> %d: %.200s", rc, msg);
+    assert_int_equal(rc, want);
+    if (!strstr(msg, needle)) fail_msg("stderr lacks '%s'", needle);
+    assert_int_not_equal(access(out, F_OK), 0);
+    free(msg);
+}
+
+/* bad files and options: each a clear message, a non-zero exit, no output */
+static void test_cli_bad_inputs(void **state) {
+    (void)state;
+    if (!bin()) skip();
+    const char *dir = tu_tmpdir(), *tiny = tu_golden("tiny-drama3");
+    char path[512], args[2048];
+    snprintf(path, sizeof path, "%s/narrow.json", dir);
+    const char *narrow = "{\"codes\": [[1, 2, 3]]}", *none = "{\"codes\": []}";
+    tu_write_file(path, narrow, strlen(narrow));
+    snprintf(args, sizeof args, "decode --codec %s %s", tiny, path);
+    expect_cli(dir, args, 1, "10 codes");
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    tu_write_file(path, none, strlen(none));
+    snprintf(args, sizeof args, "decode --codec %s %s", tiny, path);
+    expect_cli(dir, args, 1, "no frames");
+    snprintf(args, sizeof args, "decode --codec %s/codec.pth %s", tiny, path);
+    expect_cli(dir, args, 1, "not a directory");
+    /* a truncated codec.pth (with its codec.json) */
+    size_t n;
+    char *pth = tu_read_file(tu_golden("tiny-drama3/codec.pth"), &n), *js = tu_read_file(tu_golden("tiny-drama3/codec.json"), &n);
+    snprintf(path, sizeof path, "%s/codec.pth", dir);
+    tu_write_file(path, pth, 100000);
+    snprintf(path, sizeof path, "%s/codec.json", dir);
+    tu_write_file(path, js, n);
+    free(pth), free(js);
+    snprintf(args, sizeof args, "decode --codec %s %s/none.json", dir, dir);
+    expect_cli(dir, args, 1, "truncated");
+    /* encode: audio that is too long for the cap, a non-finite cap, empty audio, a truncated FLAC */
+    float x[8000];
+    for (int i = 0; i < 8000; i++) x[i] = 0.3f * sinf(0.02f * (float)i) + 0.1f * sinf(0.31f * (float)(i * i % 997));
+    SF_INFO wi = {.samplerate = 8000, .channels = 1, .format = SF_FORMAT_FLAC | SF_FORMAT_PCM_16};
+    snprintf(path, sizeof path, "%s/in.flac", dir);
+    SNDFILE *sf = sf_open(path, SFM_WRITE, &wi);
+    assert_non_null(sf);
+    assert_int_equal(sf_writef_float(sf, x, 8000), 8000);
+    sf_close(sf);
+    snprintf(args, sizeof args, "encode --codec %s %s --max-seconds 0.5", tiny, path);
+    expect_cli(dir, args, 1, "cap");
+    snprintf(args, sizeof args, "encode --codec %s %s --max-seconds nan", tiny, path);
+    expect_cli(dir, args, 2, "--max-seconds");
+    char *flac = tu_read_file(path, &n);
+    snprintf(path, sizeof path, "%s/half.flac", dir);
+    tu_write_file(path, flac, n / 2);
+    free(flac);
+    snprintf(args, sizeof args, "encode --codec %s %s", tiny, path);
+    expect_cli(dir, args, 1, "truncated");
+    wi.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+    snprintf(path, sizeof path, "%s/empty.wav", dir);
+    sf = sf_open(path, SFM_WRITE, &wi);
+    assert_non_null(sf);
+    sf_close(sf);
+    snprintf(args, sizeof args, "encode --codec %s %s", tiny, path);
+    expect_cli(dir, args, 1, "no samples");
+    tu_rm_rf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_decode_encode),
         cmocka_unit_test(test_cli_rejects_out_of_range),
+        cmocka_unit_test(test_cli_bad_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
