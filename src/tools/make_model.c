@@ -127,7 +127,9 @@ drama_status dr_mm_validate(const dr_mm_options *o, drama_error *err) {
           d->a_kv_heads);
     CHECK(d->a_head_dim > 0 && d->a_head_dim % 2 == 0, "--tower-head-dim: must be positive and even");
     CHECK(d->a_inter > 0, "--tower-inter: must be positive");
-    CHECK(d->codebooks >= 2 && d->codebooks <= 64, "--codebooks: %d out of range", d->codebooks);
+    /* The engine's tower refuses more than 15 codebooks (model/tower.c: one RNG slot per residual
+     * codebook, 14 of them): a generated model must load. */
+    CHECK(d->codebooks >= 2 && d->codebooks <= 15, "--codebooks: %d out of range [2, 15]", d->codebooks);
     CHECK(d->code_vocab > 0 && d->code_vocab <= 65536, "--code-vocab: %d out of range", d->code_vocab);
     CHECK(d->shared_layers >= 0 && d->shared_layers <= 64, "--tower-shared-layers: out of range");
     CHECK(d->head_rows > 0, "--head-rows: must be positive");

@@ -68,6 +68,7 @@ check_bad '--top-k' --top-k 99
 check_bad 'unknown option' --frobnicate 1
 check_bad '--partial-rotary' --partial-rotary 1e-300
 check_bad '--partial-rotary' --partial-rotary nan
+check_bad '--codebooks' --codebooks 16
 # failures found while writing (after the options were accepted) leave nothing behind either
 check_bad '--shards 50' --num-experts 2 --top-k 2 --shards 50
 check_bad '--test-omit' --test-omit no.such.tensor
