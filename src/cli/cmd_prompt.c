@@ -106,6 +106,10 @@ int cmd_prompt(int argc, char **argv) {
             return DR_EXIT_USAGE;
         }
     }
+    if (model && !*model) { /* "" would mean the root directory */
+        fprintf(stderr, "drama prompt: --model: empty directory name\n");
+        return DR_EXIT_USAGE;
+    }
     if (!model || (!text == !text_file) || n_codes != n_texts) {
         fprintf(stderr, "drama prompt: need --model, exactly one of --text/--text-file, and one transcript per "
                         "--reference-codes (got %d codes, %d transcripts)\n", n_codes, n_texts);

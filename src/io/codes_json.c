@@ -128,6 +128,7 @@ drama_status dr_codes_write_stream(FILE *f, const dr_codes *codes, drama_error *
 }
 
 drama_status dr_codes_write(const char *path, const dr_codes *codes, drama_error *err) {
+    if (!*path) return dr_fail(err, DRAMA_EINVAL, "output: empty file name");
     if (strcmp(path, "-") == 0) {
         drama_status st = dr_codes_write_stream(stdout, codes, err);
         if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");

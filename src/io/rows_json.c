@@ -99,6 +99,7 @@ done:
 drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama_error *err) {
     *out = NULL;
     *out_len = 0;
+    if (!*path) return dr_fail(err, DRAMA_EINVAL, "empty file name");
     int is_stdin = strcmp(path, "-") == 0;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -158,6 +159,7 @@ drama_status dr_rows_write_stream(FILE *f, const dr_rows *rows, drama_error *err
 }
 
 drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *err) {
+    if (!*path) return dr_fail(err, DRAMA_EINVAL, "output: empty file name");
     if (strcmp(path, "-") == 0) {
         drama_status st = dr_rows_write_stream(stdout, rows, err);
         if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");
