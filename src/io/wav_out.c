@@ -177,8 +177,11 @@ drama_status dr_wav_out_open(dr_wav_out **out, const char *path, dr_wav_format f
     if (w->is_stdout) {
         w->fd = STDOUT_FILENO;
         struct stat st;
-        /* Patch only a regular file we are at the start of: that is what `> file` gives. */
-        w->seekable = fstat(w->fd, &st) == 0 && S_ISREG(st.st_mode) && lseek(w->fd, 0, SEEK_CUR) == 0;
+        /* Patch only a regular file we are at the start of: that is what `> file` gives. Not
+         * with O_APPEND (`>> file`): Linux pwrite would append the patch instead. */
+        int fl = fcntl(w->fd, F_GETFL);
+        w->seekable = fstat(w->fd, &st) == 0 && S_ISREG(st.st_mode) && lseek(w->fd, 0, SEEK_CUR) == 0 &&
+                      fl >= 0 && !(fl & O_APPEND);
     } else {
         struct stat st;
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -303,7 +306,13 @@ drama_status dr_wav_out_commit(dr_wav_out *w, char sha256_hex[65], drama_error *
         return s;
     }
     if (patched) {
-        if (hash_fd(w->fd, digest) != 0) {
+        /* `> file` opens stdout write-only: read the file back through a fresh descriptor. */
+        int rfd = w->fd;
+        if (w->is_stdout && (fcntl(w->fd, F_GETFL) & O_ACCMODE) == O_WRONLY)
+            rfd = open("/proc/self/fd/1", O_RDONLY | O_CLOEXEC);
+        int bad = rfd < 0 || hash_fd(rfd, digest) != 0;
+        if (rfd >= 0 && rfd != w->fd) close(rfd);
+        if (bad) {
             drama_status s = dr_fail(err, DRAMA_EIO, "%s: cannot read back for hashing: %s", name, strerror(errno));
             dr_wav_out_abort(w);
             return s;

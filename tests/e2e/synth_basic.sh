@@ -77,6 +77,14 @@ set +e
 "$DRAMA_BIN" synthesize --model "$MODEL" --text "$TEXT" -q -o - --frames $N --seed 42 --stream | cat > ps.wav
 set -e
 cmp p.wav a.wav || fail "whole output to a pipe differs from the file"
+# stdout redirected to a regular file (write-only, header patched) and appended to (not patched).
+"$DRAMA_BIN" synthesize --model "$MODEL" --text "$TEXT" -q -o - --frames $N --seed 42 --stream --receipt rf.json > rf.wav \
+    || fail "-o - > file failed"
+cmp rf.wav a.wav || fail "streamed -o - > file differs from the file output"
+[ "$(jq -r .output.sha256 rf.json)" = "$(sha rf.wav)" ] || fail "-o - > file: receipt sha256 does not match"
+: > ap.wav
+"$DRAMA_BIN" synthesize --model "$MODEL" --text "$TEXT" -q -o - --frames $N --seed 42 >> ap.wav || fail "-o - >> file failed"
+cmp ap.wav a.wav || fail "whole -o - >> file differs (header must carry the known sizes, not be appended)"
 cmp <(tail -c +45 ps.wav) <(tail -c +45 a.wav) || fail "streamed pipe samples differ"
 ok "stdout pipe: whole identical, streamed samples identical"
 
