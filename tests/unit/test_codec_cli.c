@@ -1,6 +1,8 @@
 /* `drama codec decode|encode` end to end on the tiny codec ($DRAMA_BIN; skipped when absent):
  * golden codes -> 32-bit float WAV equal to the golden waveform within 1e-4, the golden signal
- * (as a float WAV) -> the golden codes exactly, and out-of-range codes rejected (not clamped). */
+ * (as a float WAV) -> the golden codes exactly, out-of-range codes rejected (not clamped), and bad
+ * files and options (codes, codec.pth truncated or with a hostile pickle, audio) refused with a
+ * named cause and no output. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,6 +162,16 @@ static void test_cli_bad_inputs(void **state) {
     free(pth), free(js);
     snprintf(args, sizeof args, "decode --codec %s %s/none.json", dir, dir);
     expect_cli(dir, args, 1, "truncated");
+    /* a hostile pickle: the state dict's GLOBAL renamed, in place, to a same-length callable */
+    pth = tu_read_file(tu_golden("tiny-drama3/codec.pth"), &n);
+    const char *from = "collections\nOrderedDict", *to = "subprocess\ncheck_output";
+    char *at = memmem(pth, n, from, strlen(from));
+    assert_non_null(at);
+    memcpy(at, to, strlen(to));
+    snprintf(path, sizeof path, "%s/codec.pth", dir);
+    tu_write_file(path, pth, n);
+    free(pth);
+    expect_cli(dir, args, 1, "global 'subprocess.check_output' is not allowed");
     /* encode: audio that is too long for the cap, a non-finite cap, empty audio, a truncated FLAC */
     float x[8000];
     for (int i = 0; i < 8000; i++) x[i] = 0.3f * sinf(0.02f * (float)i) + 0.1f * sinf(0.31f * (float)(i * i % 997));
