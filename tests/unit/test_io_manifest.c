@@ -196,10 +196,52 @@ static void test_path_rules(void **state) {
     }
 }
 
+/* The bar (forced on, as on a terminal) goes to stderr only: label, fraction and sizes, one line
+ * finished by a newline; disabled, it writes nothing. Redraw timing never changes the last line. */
+static void test_progress_bar(void **state) {
+    (void)state;
+    const char *dir = tu_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    dr_progress p;
+    dr_progress_begin(&p, "verifying", 4000000, 1);
+    dr_progress_label(&p, "model-00001.safetensors");
+    dr_progress_add(&p, 1000000);
+    dr_progress_add(&p, 3000000);
+    dr_progress_end(&p);
+    dr_progress_add(&p, 5); /* after end: a no-op */
+    dr_progress off;
+    dr_progress_begin(&off, "quiet", 10, 0);
+    dr_progress_add(&off, 10);
+    dr_progress_end(&off);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    size_t n = 0;
+    char *text = tu_read_file(path, &n);
+    assert_non_null(text);
+    printf("progress output (%zu bytes): %s", n, strrchr(text, '\r') ? strrchr(text, '\r') + 1 : text);
+    const char *last = strrchr(text, '\r');
+    assert_non_null(last);
+    assert_non_null(strstr(last, "model-00001.safetensors"));
+    assert_non_null(strstr(last, "100.0%"));
+    assert_non_null(strstr(last, "4.0/4.0 MB"));
+    assert_true(n > 0 && text[n - 1] == '\n');
+    assert_null(strstr(text, "quiet"));
+    free(text);
+    assert_int_equal(tu_rm_rf(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_answers), cmocka_unit_test(test_golden_digests), cmocka_unit_test(test_cache),
-        cmocka_unit_test(test_write_verify),  cmocka_unit_test(test_path_rules),
+        cmocka_unit_test(test_write_verify),  cmocka_unit_test(test_path_rules), cmocka_unit_test(test_progress_bar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
