@@ -93,6 +93,9 @@ synth l.wav --frames $N --seed 42 --low-memory --receipt l.json --save-codes l.c
 [ $rc -eq 0 ] || fail "--low-memory failed: $(cat last.err)"
 cmp a.wav l.wav || fail "--low-memory output differs"
 [ "$(jq '.codes | length' l.codes.json)" -eq $N ] || fail "--save-codes frame count"
+# --save-codes writes the codec's CODES.json: `drama codec decode` turns it into the same WAV.
+"$DRAMA_BIN" codec decode --codec "$MODEL" l.codes.json -o lc.wav 2>/dev/null || fail "codec decode of --save-codes failed"
+cmp a.wav lc.wav || fail "codec decode of --save-codes differs from the synthesized WAV"
 gen_end=$(jq .phases.generate.rss_end_bytes l.json)
 dec_end=$(jq .phases.decode.rss_end_bytes l.json)
 echo "low-memory: rss at end of generate $gen_end, at end of decode $dec_end"
