@@ -250,19 +250,38 @@ static void run_shape(const char *label, int H, int D, int nh, int nkv, int hd, 
     table_free(&tb);
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_tower [--shape tiny|full|both] [--threads N] [--frames F] [--context P] [--batch B]\n");
+    return 2;
+}
+
+/* A flag's integer value in [lo, hi]; anything else is a usage error (never a silent default). */
+static int int_arg(const char *flag, const char *v, long lo, long hi, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "bench_tower: %s: expected an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v);
+        return 0;
+    }
+    *out = (int)x;
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *shape = "both";
     int threads = 0, frames = 0, context = -1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--shape")) shape = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--frames")) frames = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--context")) context = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch")) g_batch = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "usage: bench_tower [--shape tiny|full|both] [--threads N] [--frames F] [--context P] [--batch B]\n");
-            return 2;
-        }
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = v != NULL;
+        if (ok && !strcmp(a, "--shape")) {
+            shape = v;
+            ok = !strcmp(v, "tiny") || !strcmp(v, "full") || !strcmp(v, "both");
+        } else if (ok && !strcmp(a, "--threads")) ok = int_arg(a, v, 1, 1024, &threads);
+        else if (ok && !strcmp(a, "--frames")) ok = int_arg(a, v, 1, 1000000, &frames);
+        else if (ok && !strcmp(a, "--context")) ok = int_arg(a, v, 0, 1000000, &context);
+        else if (ok && !strcmp(a, "--batch")) ok = int_arg(a, v, 1, 256, &g_batch);
+        else ok = 0;
+        if (!ok) return usage();
     }
     dr_pool *probe = dr_pool_create(threads);
     threads = dr_pool_threads(probe);
