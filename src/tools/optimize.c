@@ -391,6 +391,7 @@ static drama_status write_shards(opt_run *r, dr_pool *pool, drama_error *err) {
                 bytes = enc.slots[it->expert - batch0].bytes[it->proj][it->comp];
             }
             if (it->nbytes) st = dr_st_writer_write(w, bytes, it->nbytes, err);
+            if (it->src) opt_drop_pages(it->src->data, it->nbytes);
         }
         if (st) {
             dr_st_writer_abort(w);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "num/formats.h"
@@ -104,6 +106,14 @@ void opt_encoder_free(opt_encoder *enc) {
     enc->slots = NULL;
 }
 
+void opt_drop_pages(const void *p, size_t n) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (!p || page <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Rows [r0, r0 + rows) of weight w, dequantised exactly, into out. */
 static void dequant_rows(const dr_weight *w, int64_t r0, int64_t rows, float *out) {
     for (int64_t r = 0; r < rows; r++) dr_weight_dequant_row(w, r0 + r, out + r * w->cols);
@@ -148,6 +158,7 @@ static void encode_one(void *ctx, int64_t i, int worker) {
     for (int p = 0; p < OPT_NPROJ; p++) {
         int64_t rows = p == 2 ? H : I, cols = p == 2 ? I : H;
         dequant_rows(src[p], r0[p], rows, sl->w[p]);
+        opt_drop_pages(src[p]->data + r0[p] * src[p]->row_bytes, (size_t)rows * src[p]->row_bytes);
         if (enc->check_exact && !is_dense(src[p])) {
             /* A quantised source is re-encoded only when its values are exactly what a BF16 model
              * would hold; otherwise the second quantisation would compound the first one's error. */

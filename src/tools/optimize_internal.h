@@ -65,6 +65,11 @@ void opt_encoder_free(opt_encoder *enc);
  * The first failure (in index order) is returned. */
 drama_status opt_encoder_run(opt_encoder *enc, const int *layers, const int *slots, int n, drama_error *err);
 
+/* Give the pages of a read-only mapping range back to the kernel (madvise DONTNEED on the whole
+ * pages inside it): the source is read once, so its pages need not stay in the resident set.
+ * They are read again from the file if touched later. */
+void opt_drop_pages(const void *p, size_t n);
+
 /* Kept sets: keep[L * E + e] = 1 when expert e of layer L is written. Starts as the source's
  * stored sets; the prune file / calibration narrows them. Errors name the layer or expert. */
 drama_status opt_keep_from_file(const char *path, const dr_backbone *bb, unsigned char *keep, drama_error *err);
