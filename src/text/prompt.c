@@ -108,16 +108,17 @@ drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t
             pos += n;
             continue;
         }
-        int32_t id;
-        size_t ml;
-        if (dr_tok_match_added(tok, text, len, pos, &id, &ml))
-            return dr_fail(err, DRAMA_EINVAL, "reserved_token: %s contains \"%s\" at byte offset %zu", what,
-                           dr_tok_token(tok, id), pos);
+        /* checked before added tokens: a tokenizer may carry more tags than the 16 speakers */
         n = speaker_like_at(text, len, pos);
         if (n)
             return dr_fail(err, DRAMA_EINVAL,
                            "invalid_speaker_tag: %s contains \"%.*s\" at byte offset %zu (tags are <|speaker:N|>, N = 0..%d)",
                            what, (int)(n > 64 ? 64 : n), text + pos, pos, DR_PROMPT_SPEAKERS - 1);
+        int32_t id;
+        size_t ml;
+        if (dr_tok_match_added(tok, text, len, pos, &id, &ml))
+            return dr_fail(err, DRAMA_EINVAL, "reserved_token: %s contains \"%s\" at byte offset %zu", what,
+                           dr_tok_token(tok, id), pos);
         pos++;
     }
     if (!has_speech(text, len))

@@ -202,12 +202,44 @@ static void switches(void **state) {
     dr_tok_free(tok);
 }
 
+/* A tokenizer with more speaker tags than the 16 speakers (a held-out file may carry them):
+ * <|speaker:20|> is an added token there, and is still an invalid speaker tag, not accepted. */
+static void extra_speaker_tokens(void **state) {
+    (void)state;
+    json_error_t jerr;
+    json_t *root = json_load_file(tu_golden("tiny-drama3/tokenizer.json"), 0, &jerr);
+    assert_non_null(root);
+    json_t *added = json_object_get(root, "added_tokens");
+    int64_t next = 0;
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_int_t id = json_integer_value(json_object_get(json_array_get(added, i), "id"));
+        if (id >= next) next = id + 1;
+    }
+    for (int k = 16; k < 32; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "<|speaker:%d|>", k);
+        json_array_append_new(added, json_pack("{sI ss sb sb sb sb sb}", "id", (json_int_t)(next + k - 16), "content", name,
+                                               "special", 1, "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0));
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    dr_tok *tok = NULL;
+    drama_error err = {0};
+    assert_int_equal(dr_tok_load_memory(text, strlen(text), "extra.json", &tok, &err), DRAMA_OK);
+    free(text);
+    assert_true(dr_tok_id(tok, "<|speaker:20|>") >= 0);
+    expect_invalid(tok, "a <|speaker:20|> b", 18, DRAMA_EINVAL, "invalid_speaker_tag: text contains \"<|speaker:20|>\" at byte offset 2");
+    assert_int_equal(dr_prompt_validate_text(tok, "<|speaker:15|>b", 15, "text", NULL), DRAMA_OK);
+    dr_tok_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(golden_noref),
         cmocka_unit_test(golden_ref12),
         cmocka_unit_test(validation),
         cmocka_unit_test(switches),
+        cmocka_unit_test(extra_speaker_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
