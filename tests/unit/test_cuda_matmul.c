@@ -329,6 +329,8 @@ static void run_bad(dr_cuda *c) {
     CHECK(dr_cuda_matmul_rows(c, dw, 0, 9, d, 1, d, &e) == DRAMA_EINVAL, "row range past the end accepted");
     printf("rows [0,9) of 8 -> %s\n", e.message);
     memset(&e, 0, sizeof e);
+    CHECK(dr_cuda_matmul_rows(c, dw, 12, 12, d, 1, d, &e) == DRAMA_EINVAL, "empty range past the end accepted");
+    memset(&e, 0, sizeof e);
     CHECK(dr_cuda_matmul(c, dw, d, -1, d, &e) == DRAMA_EINVAL, "negative n accepted");
     memset(&e, 0, sizeof e);
     CHECK(dr_cuda_matmul(c, dw, NULL, 2, d, &e) == DRAMA_EINVAL, "NULL x accepted");

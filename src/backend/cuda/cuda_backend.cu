@@ -333,6 +333,9 @@ extern "C" drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs
 extern "C" drama_status dr_cuda_matmul_rows(dr_cuda *c, const dr_cuda_weight *w, int64_t r0, int64_t r1,
                                             const float *x, int64_t n, float *y, drama_error *err) {
     if (!w) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_matmul_rows: NULL weight");
+    if (r0 < 0 || r1 > w->rows || r0 > r1)
+        return dr_fail(err, DRAMA_EINVAL, "%s: row range [%lld, %lld) outside [0, %lld)", w->name, (long long)r0,
+                       (long long)r1, (long long)w->rows);
     if (r0 == r1) return DRAMA_OK; /* nothing asked (and not the "all rows" job marker) */
     dr_cuda_job j = {w, x, n, y, r0, r1};
     return dr_cuda_matmul_batch(c, &j, 1, err);
