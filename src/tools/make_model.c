@@ -297,6 +297,12 @@ static drama_status make_dirs(const char *dir, drama_error *err) {
 #define STAGE_NAME ".make-model.partial"
 
 static void remove_stage(const char *stage) {
+    struct stat sb;
+    if (lstat(stage, &sb) != 0) return;
+    if (!S_ISDIR(sb.st_mode)) { /* never follow a link planted there: remove the link itself */
+        unlink(stage);
+        return;
+    }
     DIR *d = opendir(stage);
     if (d) {
         struct dirent *e;

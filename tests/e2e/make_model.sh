@@ -83,6 +83,13 @@ check_bad '--test-omit' --test-omit no.such.tensor
 [ ! -e "$T/keep/hf_quant_config.json" ] && [ ! -e "$T/keep/model-00003-of-00003.safetensors" ] || bad "keep: stale files of the earlier run"
 "$DRAMA_BIN" inspect "$T/keep" > /dev/null 2>&1 || bad "keep: rerun not loadable"
 
+# a link planted where the staging folder goes is removed, never followed
+mkdir -p "$T/victim" "$T/planted" && echo precious > "$T/victim/keep.txt"
+ln -s "$T/victim" "$T/planted/.make-model.partial"
+"$DRAMA_BIN" make-model "$T/planted" > /dev/null 2>&1 || bad "planted: make-model"
+[ -f "$T/victim/keep.txt" ] && [ "$(ls -A "$T/victim")" = keep.txt ] || bad "planted: the link target was changed"
+[ -f "$T/planted/config.json" ] && [ ! -e "$T/planted/.make-model.partial" ] || bad "planted: output"
+
 # the demo commands (Makefile `demo`)
 "$DRAMA_BIN" make-model "$T/models/tiny-random" --shape tiny --seed 1 > /dev/null || bad "demo make-model"
 "$DRAMA_BIN" inspect "$T/models/tiny-random" > "$T/demo.out" || bad "demo inspect exit non-zero"
