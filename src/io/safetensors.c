@@ -572,9 +572,13 @@ drama_status dr_st_writer_create(const char *path, dr_st_writer **out, drama_err
     }
     memcpy(w->tmp_path, path, n);
     memcpy(w->tmp_path + n, ".tmp", 5);
-    w->fp = fopen(w->tmp_path, "wb");
+    /* A stale temporary (or a link planted at its name) is removed, never written through. */
+    unlink(w->tmp_path);
+    int fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    w->fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!w->fp) {
         int e = errno;
+        if (fd >= 0) close(fd);
         drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", w->tmp_path, strerror(e));
         writer_free(w);
         return st;

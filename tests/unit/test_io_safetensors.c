@@ -306,6 +306,24 @@ static void test_writer_abort(void **state) {
     assert_non_null(strstr(err.message, "nope"));
     dr_st_writer_abort(NULL);
     dr_st_close(NULL);
+
+    /* a link planted at the temporary's name is replaced, its target never written */
+    char victim[4200];
+    snprintf(victim, sizeof victim, "%s/victim.txt", dir);
+    tu_write_file(victim, "precious", 8);
+    assert_int_equal(symlink(victim, tmp), 0);
+    assert_int_equal(dr_st_writer_create(path, &w, &err), DRAMA_OK);
+    assert_int_equal(dr_st_writer_declare(w, "t", DR_DT_F32, 1, shape, &err), DRAMA_OK);
+    assert_int_equal(dr_st_writer_write(w, v, 16, &err), DRAMA_OK);
+    assert_int_equal(dr_st_writer_finish(w, &err), DRAMA_OK);
+    size_t vn = 0;
+    char *vt = tu_read_file(victim, &vn);
+    assert_true(vn == 8 && !memcmp(vt, "precious", 8));
+    free(vt);
+    dr_st_file *f = NULL;
+    assert_int_equal(dr_st_open(path, &f, &err), DRAMA_OK);
+    assert_int_equal(dr_st_count(f), 1);
+    dr_st_close(f);
     assert_int_equal(tu_rm_rf(dir), 0);
 }
 
