@@ -12,6 +12,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: drama optimize --model SRC --out DST [--experts keep|bf16|fp8|nvfp4|q4]\n"
+            "       (also: drama optimize SRC --output DST ...)\n"
             "         [--q4-group 32|64|128] [--q4-bits 4|8]\n"
             "         [--prune-experts FILE.json | --prune K --calibration ROWS.json]\n"
             "         [--shard-size BYTES] [--threads N] [--quiet]\n\n"
@@ -53,6 +54,10 @@ int cmd_optimize(int argc, char **argv) {
         }
         if (!strcmp(a, "--quiet")) {
             o.quiet = 1;
+            continue;
+        }
+        if (a[0] != '-' && !o.src) { /* FORMATS.md 6 form: drama optimize SRC --output DST */
+            o.src = a;
             continue;
         }
         if (i + 1 >= argc) {

@@ -38,6 +38,8 @@ run_ok q4 'per-expert, 16/16, affine 4-bit group 64' --experts q4
 run_ok q8 'per-expert, 16/16, affine 8-bit group 32' --experts q4 --q4-bits 8 --q4-group 32
 run_ok bf16 'per-expert, 16/16, BF16' --experts bf16 --shard-size 4000000
 printf '{"0": [0, 1, 2, 3, 4], "5": [1, 3, 5, 7, 9, 11]}' > "$T/keep.json"
+# the FORMATS.md 6 spelling: SRC first, --output
+"$DRAMA_BIN" optimize "$SRC" --output "$T/positional" --experts fp8 --quiet > /dev/null 2>&1 && [ -f "$T/positional/drama-manifest.json" ] || bad "drama optimize SRC --output DST failed"
 run_ok pruned 'per-expert, (16|5|6)/16, BF16' --prune-experts "$T/keep.json"
 
 grep -q '"quant_method": "fp8"' "$T/fp8/config.json" || bad "fp8: quantization_config missing"
