@@ -557,6 +557,55 @@ static void test_streamed_and_guided_parts(void **state) {
     assert_same(&whole, &parts, NC, "guided prefill in two parts vs whole");
 }
 
+/* Guided sessions in a batch: a separate-mode guided session, an unguided one and a paired-mode
+ * guided one stepped together (three backbone states in the first call, one in the second) each
+ * give the codes they give alone. */
+static void test_guided_batch(void **state) {
+    fixture *f = *state;
+    int NC = f->lm2->tower.d.num_codebooks;
+    dr_gen_options o[3];
+    for (int i = 0; i < 3; i++) sampled_options(&o[i], 500 + (uint64_t)i, 7 - i);
+    o[0].sp.cfg_gamma = 1.0f, o[0].cfg_mode = DR_CFG_SEPARATE;
+    o[2].sp.cfg_gamma = 3.0f, o[2].cfg_mode = DR_CFG_PAIRED;
+    run_result alone[3], together[3];
+    dr_gen_session *ss[3];
+    drama_error e = {0};
+    memset(together, 0, sizeof together);
+    for (int i = 0; i < 3; i++) {
+        alone[i] = run(&f->lm2->model, &o[i], f->rows_ref, f->n_ref, f->rows_noref, f->n_noref);
+        assert_int_equal(dr_gen_session_create(&f->lm2->model, &o[i], &ss[i], &e), DRAMA_OK);
+        assert_int_equal(dr_gen_prefill(ss[i], f->rows_ref, f->n_ref, f->rows_noref, f->n_noref, &e), DRAMA_OK);
+        assert_int_equal(dr_gen_guided(ss[i]), i != 1);
+    }
+    int32_t frames[3 * 16];
+    dr_gen_finish fin[3] = {0, 0, 0};
+    drama_status st[3];
+    for (int step = 0; step < 64 && (!fin[0] || !fin[1] || !fin[2]); step++) {
+        /* every session that still runs, in order; finished ones leave the batch */
+        dr_gen_session *live[3];
+        int idx[3], n = 0;
+        for (int i = 0; i < 3; i++)
+            if (!fin[i]) live[n] = ss[i], idx[n++] = i;
+        dr_gen_finish lf[3];
+        drama_status ls[3];
+        dr_gen_next_many(live, n, frames, lf, ls, NULL);
+        for (int k = 0; k < n; k++) {
+            int i = idx[k];
+            st[i] = ls[k];
+            assert_int_equal(st[i], DRAMA_OK);
+            fin[i] = lf[k];
+            if (!fin[i]) memcpy(together[i].codes + together[i].n++ * NC, frames + k * NC, (size_t)NC * sizeof(int32_t));
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        together[i].fin = fin[i];
+        together[i].st = st[i];
+        assert_same(&alone[i], &together[i], NC, i == 0 ? "guided separate, batched" : i == 1 ? "unguided, batched"
+                                                                                     : "guided paired, batched");
+        dr_gen_session_free(ss[i]);
+    }
+}
+
 /* tower.prefill_codes = same_row and tower.input = pre_norm reach the frame loop: the greedy
  * codes change (the golden run uses the defaults, so equality would mean the switch is ignored),
  * and the run is still deterministic. */
@@ -645,6 +694,7 @@ int main(void) {
         cmocka_unit_test(test_frameloop_switches),
         cmocka_unit_test(test_score_matches_golden_tower),
         cmocka_unit_test(test_streamed_and_guided_parts),
+        cmocka_unit_test(test_guided_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
