@@ -147,6 +147,7 @@ drama_status dr_sha256_file_cached(const char *path, const char *cache_path, cha
         char tmp[PATH_MAX + 32];
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cache_path, (long)getpid());
         make_parents(cache_path);
+        unlink(tmp); /* a stale temporary or a planted link is replaced, never written through */
         if (json_dump_file(cache, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) == 0) {
             if (rename(tmp, cache_path) != 0) unlink(tmp);
         } else {

@@ -326,6 +326,7 @@ drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, in
         goto done;
     }
     sprintf(tmp, "%s.tmp.%ld", out_path, (long)getpid());
+    unlink(tmp); /* a stale temporary or a planted link is replaced, never written through */
     if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0 || rename(tmp, out_path) != 0) {
         st = dr_fail(err, DRAMA_EIO, "%s: cannot write: %s", out_path, strerror(errno));
         unlink(tmp);
