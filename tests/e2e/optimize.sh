@@ -28,7 +28,7 @@ run_ok() { # name want-format-regex optimize-args...
         [ -f "$T/$name/$f" ] || bad "$name: $f missing"
     done
     grep -q '"sha256"' "$T/$name/drama-optimize.json" || bad "$name: receipt without digests"
-    cmp -s "$SRC/codec.pth" "$T/$name/codec.pth" || bad "$name: codec.pth not copied byte for byte"
+    cmp -s "$DRAMA_GOLDEN/tiny-drama3/codec.pth" "$T/$name/codec.pth" || bad "$name: codec.pth not copied byte for byte"
     echo "$name: loadable, '$want' on all 8 layers, manifest verified"
 }
 
@@ -42,6 +42,12 @@ printf '{"0": [0, 1, 2, 3, 4], "5": [1, 3, 5, 7, 9, 11]}' > "$T/keep.json"
 "$DRAMA_BIN" optimize "$SRC" --output "$T/positional" --experts fp8 --quiet > /dev/null 2>&1 && [ -f "$T/positional/drama-manifest.json" ] || bad "drama optimize SRC --output DST failed"
 run_ok pruned 'per-expert, (16|5|6)/16, BF16' --prune-experts "$T/keep.json"
 
+# other sources: fused dense (keep = sliced per expert), quantised (keep = copied, pruned), pruned
+SRC="$DRAMA_GOLDEN/variants/fused-experts" run_ok fusedkeep 'per-expert, (16|5|6)/16, BF16' --prune-experts "$T/keep.json"
+SRC="$DRAMA_GOLDEN/variants/nvfp4" run_ok nvkeep 'per-expert, (16|5|6)/16, NVFP4' --prune-experts "$T/keep.json"
+SRC="$DRAMA_GOLDEN/variants/pruned" run_ok prunedfp8 'per-expert, [0-9]+/16, block FP8 128x128' --experts fp8
+grep -q '^- drama_experts: {"0":\[0,1,2,4,5,' "$T/prunedfp8.out" || bad "prunedfp8: the source's drama_experts not carried over"
+grep -q '"quant_algo": "NVFP4"' "$T/nvkeep/config.json" || bad "nvkeep: the source's quantization_config not kept"
 grep -q '"quant_method": "fp8"' "$T/fp8/config.json" || bad "fp8: quantization_config missing"
 grep -q '"quant_algo": "NVFP4"' "$T/nvfp4/hf_quant_config.json" 2>/dev/null || bad "nvfp4: hf_quant_config.json missing"
 grep -q '"bits": 8' "$T/q8/config.json" || bad "q8: quantization bits 8 missing"
