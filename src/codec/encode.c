@@ -164,6 +164,8 @@ drama_status dr_codec_open(const char *dir, unsigned parts, dr_codec **out, dram
     *out = NULL;
     char pth[4096], st[4096], js[4096];
     struct stat sb;
+    if (strlen(dir) + sizeof "/codec.safetensors" > sizeof st) /* never open a truncated path */
+        return dr_fail(err, DRAMA_EINVAL, "%.200s...: path too long", dir);
     snprintf(pth, sizeof pth, "%s/codec.pth", dir);
     snprintf(st, sizeof st, "%s/codec.safetensors", dir);
     snprintf(js, sizeof js, "%s/codec.json", dir);

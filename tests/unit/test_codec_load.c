@@ -466,6 +466,12 @@ static void test_open_dir_and_missing(void **state) {
     assert_int_equal(dr_codec_open(tu_golden("tiny-drama3/codec.pth"), DR_CODEC_LOAD_ALL, &codec, &e), DRAMA_EINVAL);
     assert_non_null(strstr(e.message, "not a directory"));
     assert_null(codec);
+    char *long_dir = malloc(5000);
+    memset(long_dir, 'a', 4999), long_dir[4999] = '\0';
+    dr_error_clear(&e);
+    assert_int_equal(dr_codec_open(long_dir, DR_CODEC_LOAD_ALL, &codec, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "path too long"));
+    free(long_dir);
     assert_int_equal(dr_codec_open(tu_golden("tiny-drama3"), DR_CODEC_LOAD_DECODER, &codec, &e), DRAMA_OK);
     char file[1024];
     assert_int_equal(dr_codec_file(tu_golden("tiny-drama3"), file, sizeof file, &e), DRAMA_OK);
