@@ -1,7 +1,6 @@
 /* codes_json.c - CODES.json reader and writer (see codes_json.h). */
 #include "io/codes_json.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,27 +126,10 @@ drama_status dr_codes_write_stream(FILE *f, const dr_codes *codes, drama_error *
     return DRAMA_OK;
 }
 
+static drama_status write_codes(FILE *f, const void *codes, drama_error *err) {
+    return dr_codes_write_stream(f, codes, err);
+}
+
 drama_status dr_codes_write(const char *path, const dr_codes *codes, drama_error *err) {
-    if (!*path) return dr_fail(err, DRAMA_EINVAL, "output: empty file name");
-    if (strcmp(path, "-") == 0) {
-        drama_status st = dr_codes_write_stream(stdout, codes, err);
-        if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");
-        return st;
-    }
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp) return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    drama_status st = dr_codes_write_stream(f, codes, err);
-    if (fclose(f) != 0 && !st) st = dr_fail(err, DRAMA_EIO, "%s: write error", tmp);
-    if (!st && rename(tmp, path) != 0) st = dr_fail(err, DRAMA_EIO, "%s: cannot rename: %s", path, strerror(errno));
-    if (st) remove(tmp);
-    free(tmp);
-    return st;
+    return dr_io_write_file(path, write_codes, codes, err);
 }

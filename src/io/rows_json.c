@@ -158,10 +158,11 @@ drama_status dr_rows_write_stream(FILE *f, const dr_rows *rows, drama_error *err
     return DRAMA_OK;
 }
 
-drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *err) {
+/* Through "<path>.tmp" + rename ("-" = stdout), so a failure leaves no file. */
+drama_status dr_io_write_file(const char *path, dr_io_writer write, const void *ctx, drama_error *err) {
     if (!*path) return dr_fail(err, DRAMA_EINVAL, "output: empty file name");
     if (strcmp(path, "-") == 0) {
-        drama_status st = dr_rows_write_stream(stdout, rows, err);
+        drama_status st = write(stdout, ctx, err);
         if (!st && fflush(stdout) != 0) st = dr_fail(err, DRAMA_EIO, "stdout: write error");
         return st;
     }
@@ -175,10 +176,16 @@ drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *e
         free(tmp);
         return st;
     }
-    drama_status st = dr_rows_write_stream(f, rows, err);
+    drama_status st = write(f, ctx, err);
     if (fclose(f) != 0 && !st) st = dr_fail(err, DRAMA_EIO, "%s: write error", tmp);
     if (!st && rename(tmp, path) != 0) st = dr_fail(err, DRAMA_EIO, "%s: cannot rename: %s", path, strerror(errno));
     if (st) remove(tmp);
     free(tmp);
     return st;
+}
+
+static drama_status write_rows(FILE *f, const void *rows, drama_error *err) { return dr_rows_write_stream(f, rows, err); }
+
+drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *err) {
+    return dr_io_write_file(path, write_rows, rows, err);
 }
