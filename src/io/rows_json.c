@@ -2,9 +2,11 @@
 #include "io/rows_json.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 
@@ -170,9 +172,17 @@ drama_status dr_io_write_file(const char *path, dr_io_writer write, const void *
     char *tmp = malloc(n);
     if (!tmp) return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
     snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    /* a stale temporary, or a link planted at its name, is removed and never written through */
+    if (unlink(tmp) != 0 && errno != ENOENT) {
+        drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot remove the old temporary: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         drama_status st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd), remove(tmp);
         free(tmp);
         return st;
     }

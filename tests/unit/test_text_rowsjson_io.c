@@ -148,11 +148,55 @@ static void codes_round_trip_and_bounds(void **state) {
     }
 }
 
+/* Path tricks on output: a link planted at "<path>.tmp" is removed, never written through; an
+ * empty name and a missing folder fail with the name and leave no file behind. */
+static void write_path_tricks(void **state) {
+    (void)state;
+    char dir[1024], out[1100], tmp[1200], victim[1100];
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/rows.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    tu_write_file(victim, "secret", 6);
+    assert_int_equal(symlink(victim, tmp), 0);
+    dr_rows rows;
+    drama_error err = {0};
+    assert_int_equal(dr_rows_create(&rows, 1, 3, &err), DRAMA_OK);
+    rows.data[0] = 42;
+    assert_int_equal(dr_rows_write(out, &rows, &err), DRAMA_OK);
+    char *v = tu_read_file(victim, NULL);
+    assert_string_equal(v, "secret");
+    free(v);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    dr_rows back;
+    assert_int_equal(dr_rows_read(out, 3, &back, &err), DRAMA_OK);
+    assert_int_equal(back.data[0], 42);
+    dr_rows_free(&back);
+    /* the same for CODES.json */
+    assert_int_equal(symlink(victim, tmp), 0);
+    int32_t c[2] = {1, 2};
+    dr_codes codes = {1, 2, c};
+    assert_int_equal(dr_codes_write(out, &codes, &err), DRAMA_OK);
+    v = tu_read_file(victim, NULL);
+    assert_string_equal(v, "secret");
+    free(v);
+    assert_int_equal(dr_rows_write("", &rows, &err), DRAMA_EINVAL);
+    assert_non_null(strstr(err.message, "empty file name"));
+    dr_error_clear(&err);
+    char missing[1200];
+    snprintf(missing, sizeof missing, "%s/no/such/dir/rows.json", dir);
+    assert_int_equal(dr_rows_write(missing, &rows, &err), DRAMA_EIO);
+    printf("  %s\n", err.message);
+    assert_non_null(strstr(err.message, "no/such/dir/rows.json"));
+    dr_rows_free(&rows);
+    assert_int_equal(tu_rm_rf(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_round_trip),      cmocka_unit_test(rows_parse_defaults),
         cmocka_unit_test(rows_bad),             cmocka_unit_test(rows_golden),
-        cmocka_unit_test(codes_round_trip_and_bounds),
+        cmocka_unit_test(codes_round_trip_and_bounds), cmocka_unit_test(write_path_tricks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
