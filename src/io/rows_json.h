@@ -44,7 +44,8 @@ drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *e
  * Shared by the small JSON readers of io (ROWS.json, CODES.json). */
 drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama_error *err);
 
-/* Write a file ("-" = stdout) through "<path>.tmp" + rename, so a failure leaves no file:
+/* Write a file ("-" = stdout) through "<path>.tmp" + rename, so a failure leaves no file (a stale
+ * temporary or a link planted at that name is removed first, never written through):
  * `write` puts the content on the stream. Shared by the small JSON writers (ROWS.json, CODES.json). */
 typedef drama_status (*dr_io_writer)(FILE *f, const void *ctx, drama_error *err);
 drama_status dr_io_write_file(const char *path, dr_io_writer write, const void *ctx, drama_error *err);
