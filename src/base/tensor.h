@@ -12,6 +12,8 @@ typedef enum dr_dtype {
     DR_DT_BOOL, DR_DT_U8, DR_DT_I8, DR_DT_U16, DR_DT_I16, DR_DT_U32, DR_DT_I32, DR_DT_U64, DR_DT_I64,
     DR_DT_F16, DR_DT_BF16, DR_DT_F32, DR_DT_F64,
     DR_DT_F8_E4M3, DR_DT_F8_E5M2,
+    DR_DT_F8_E8M0, /* known to safetensors; no engine role uses it (reported when bound) */
+    DR_DT_F4,      /* packed half-byte elements; no engine role uses it as a dtype */
     DR_DT_COUNT
 } dr_dtype;
 
@@ -29,7 +31,8 @@ typedef struct dr_tensor {
 /* safetensors dtype name ("BF16", "F8_E4M3", ...) <-> enum; unknown names give DR_DT_INVALID. */
 dr_dtype dr_dtype_from_name(const char *name);
 const char *dr_dtype_name(dr_dtype dt);
-size_t dr_dtype_size(dr_dtype dt); /* bytes per element; 0 for invalid */
+size_t dr_dtype_size(dr_dtype dt); /* whole bytes per element; 0 for invalid and for F4 */
+size_t dr_dtype_bits(dr_dtype dt); /* bits per element (F4: 4); 0 for invalid */
 int64_t dr_tensor_numel(const dr_tensor *t);
 
 #endif

@@ -146,13 +146,8 @@ static drama_status parse_entry(dr_st_file *f, const char *name, json_t *entry, 
         return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': field 'dtype' is not a string", f->path, name);
     const char *dtname = json_string_value(jdt);
     t->dtype = dr_dtype_from_name(dtname);
-    if (t->dtype == DR_DT_INVALID) {
-        /* Known to the format (FORMATS.md section 3) but absent from dr_dtype: no role can use them. */
-        if (!strcmp(dtname, "F8_E8M0") || !strcmp(dtname, "F4"))
-            return dr_fail(err, DRAMA_EUNSUPPORTED, "%s: tensor '%s': dtype '%s' is not supported", f->path,
-                           name, dtname);
+    if (t->dtype == DR_DT_INVALID)
         return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': unknown dtype '%s'", f->path, name, dtname);
-    }
     if (!json_is_array(jshape))
         return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': field 'shape' is not an array", f->path, name);
     size_t nd = json_array_size(jshape);
@@ -172,9 +167,13 @@ static drama_status parse_entry(dr_st_file *f, const char *name, json_t *entry, 
         if (__builtin_mul_overflow(numel, (uint64_t)t->shape[i], &prod)) overflow = 1;
         numel = prod;
     }
-    uint64_t nbytes;
-    if (overflow || numel > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, dr_dtype_size(t->dtype), &nbytes))
+    uint64_t nbits;
+    if (overflow || numel > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, dr_dtype_bits(t->dtype), &nbits))
         return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': shape size overflows 64 bits", f->path, name);
+    if (nbits % 8)  /* sub-byte dtypes (F4) must fill whole bytes */
+        return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': %llu %s elements do not fill whole bytes", f->path,
+                       name, (unsigned long long)numel, dtname);
+    uint64_t nbytes = nbits / 8;
     if (!json_is_array(joff) || json_array_size(joff) != 2 || !json_is_integer(json_array_get(joff, 0)) ||
         !json_is_integer(json_array_get(joff, 1)))
         return dr_fail(err, DRAMA_EFORMAT, "%s: tensor '%s': data_offsets is not two integers", f->path, name);

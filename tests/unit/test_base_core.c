@@ -27,7 +27,12 @@ static void test_dtypes(void **state) {
     (void)state;
     assert_int_equal(dr_dtype_from_name("F8_E4M3"), DR_DT_F8_E4M3);
     assert_int_equal(dr_dtype_size(DR_DT_BF16), 2);
-    assert_int_equal(dr_dtype_from_name("F4"), DR_DT_INVALID);
+    assert_int_equal(dr_dtype_from_name("F4"), DR_DT_F4);
+    assert_int_equal(dr_dtype_bits(DR_DT_F4), 4);
+    assert_int_equal(dr_dtype_size(DR_DT_F4), 0); /* not a whole number of bytes */
+    assert_int_equal(dr_dtype_size(DR_DT_F8_E8M0), 1);
+    assert_int_equal(dr_dtype_from_name("F2"), DR_DT_INVALID);
+    assert_int_equal(dr_dtype_from_name("bf16"), DR_DT_INVALID);
     assert_int_equal(dr_dtype_from_name(NULL), DR_DT_INVALID);
     assert_string_equal(dr_dtype_name(DR_DT_U32), "U32");
 }

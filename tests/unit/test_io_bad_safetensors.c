@@ -94,8 +94,8 @@ static void test_entry_fields(void **state) {
                "unknown dtype 'Q7'");
     expect_bad("{\"t\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,1]}}", AUTO, 1, DRAMA_EFORMAT,
                "'dtype' is not a string");
-    expect_bad("{\"t\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", AUTO, 1, DRAMA_EUNSUPPORTED,
-               "dtype 'F4'");
+    expect_bad("{\"t\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", AUTO, 2, DRAMA_EFORMAT,
+               "3 F4 elements do not fill whole bytes");
     expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", AUTO, 1, DRAMA_EFORMAT,
                "shape[0] is not a non-negative integer");
     expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", AUTO, 1, DRAMA_EFORMAT,
@@ -114,6 +114,31 @@ static void test_entry_fields(void **state) {
                "not 0 <= begin <= end");
     expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", AUTO, 1, DRAMA_EFORMAT,
                "not 0 <= begin <= end");
+}
+
+/* F8_E8M0 and F4 are known dtypes (FORMATS.md 3): the file opens; a role that cannot use them
+ * refuses them when the tensor is bound. */
+static void test_known_unusual_dtypes_open(void **state) {
+    (void)state;
+    size_t size;
+    uint8_t *img = make_image("{\"a\":{\"dtype\":\"F4\",\"shape\":[2,3],\"data_offsets\":[0,3]},"
+                              "\"b\":{\"dtype\":\"F8_E8M0\",\"shape\":[2],\"data_offsets\":[3,5]}}",
+                              AUTO, 5, &size);
+    dr_st_file *f = NULL;
+    drama_error err = {0};
+    assert_int_equal(dr_st_open_memory(img, size, "ok.safetensors", &f, &err), DRAMA_OK);
+    const dr_tensor *a = dr_st_find(f, "a"), *b = dr_st_find(f, "b");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->dtype, DR_DT_F4);
+    assert_int_equal(a->nbytes, 3);
+    assert_int_equal(b->dtype, DR_DT_F8_E8M0);
+    float out[6];
+    err = (drama_error){0};
+    assert_int_not_equal(dr_st_to_f32(a, out, &err), DRAMA_OK); /* no float role for packed F4 */
+    assert_non_null(strstr(err.message, "'a'"));
+    dr_st_close(f);
+    free(img);
 }
 
 static void test_tiling(void **state) {
@@ -228,6 +253,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_length_bounds), cmocka_unit_test(test_header_syntax),
         cmocka_unit_test(test_entry_fields),  cmocka_unit_test(test_tiling),
+        cmocka_unit_test(test_known_unusual_dtypes_open),
         cmocka_unit_test(test_not_a_file),    cmocka_unit_test(test_truncations_and_corruptions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
