@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "io/manifest.h"
 #include "model/state.h"
 #include "text/prompt.h"
 
@@ -112,7 +113,11 @@ drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets
     *out = NULL;
     dr_gen_lm *lm = dr_calloc(1, sizeof *lm);
     if (!lm) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
-    drama_status st = dr_config_load(dir, sets, n_sets, &lm->cfg, err);
+    /* FORMATS.md 7: a drama-manifest.json next to the weights is verified before anything is parsed */
+    dr_manifest *manifest = NULL;
+    drama_status st = dr_manifest_verify_dir(dir, 0, &manifest, err);
+    dr_manifest_free(manifest);
+    if (!st) st = dr_config_load(dir, sets, n_sets, &lm->cfg, err);
     char path[4096];
     if (!st) {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);

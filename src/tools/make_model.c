@@ -356,7 +356,11 @@ drama_status dr_make_model(const char *dir, const dr_mm_options *o, drama_error 
     int64_t vocab = o->dims.vocab ? o->dims.vocab : ids.n_tokens;
     if (!st) st = write_config(stage, o, &ids, vocab, err);
     if (!st) st = mm_write_weights(stage, o, vocab, err);
-    if (!st && o->with_codec) st = dr_mm_write_codec(stage, &o->dims.codec, o->seed, err);
+    if (!st && o->with_codec) {
+        dr_mm_codec codec = o->dims.codec; /* one semantic codebook + the model's residual ones */
+        codec.n_codebooks = o->dims.codebooks - 1;
+        st = dr_mm_write_codec(stage, &codec, o->seed, err);
+    }
     if (!st) st = publish_stage(stage, dir, err);
     remove_stage(stage);
     return st;
