@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,6 +514,8 @@ drama_status dr_st_to_f32(const dr_tensor *t, float *out, drama_error *err) {
     case DR_DT_F8_E4M3: for (size_t i = 0; i < n; i++) out[i] = e4m3_to_f32(p[i]); break;
     /* E5M2 is the upper byte of an IEEE half */
     case DR_DT_F8_E5M2: for (size_t i = 0; i < n; i++) out[i] = f16_to_f32((uint16_t)(p[i] << 8)); break;
+    /* E8M0 (MX block scales): a bare biased exponent, 2^(e-127); 0xFF is NaN */
+    case DR_DT_F8_E8M0: for (size_t i = 0; i < n; i++) out[i] = p[i] == 0xFF ? NAN : ldexpf(1.0f, (int)p[i] - 127); break;
     case DR_DT_BOOL: for (size_t i = 0; i < n; i++) out[i] = p[i] ? 1.0f : 0.0f; break;
     case DR_DT_U8: for (size_t i = 0; i < n; i++) out[i] = (float)p[i]; break;
     case DR_DT_I8: for (size_t i = 0; i < n; i++) out[i] = (float)(int8_t)p[i]; break;

@@ -1,6 +1,7 @@
 /* test_io_bad_safetensors.c - every malformed safetensors case of FORMATS.md section 1 gives a clear
  * error (code + a message naming the problem), and no input crashes the reader: all truncations
  * and single-byte corruptions of a valid image are tried. Runs under valgrind too (name has _bad). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -134,6 +135,8 @@ static void test_known_unusual_dtypes_open(void **state) {
     assert_int_equal(a->nbytes, 3);
     assert_int_equal(b->dtype, DR_DT_F8_E8M0);
     float out[6];
+    assert_int_equal(dr_st_to_f32(b, out, &err), DRAMA_OK); /* bytes 3, 4: 2^(e-127) */
+    assert_true(out[0] == ldexpf(1.0f, 3 - 127) && out[1] == ldexpf(1.0f, 4 - 127));
     err = (drama_error){0};
     assert_int_not_equal(dr_st_to_f32(a, out, &err), DRAMA_OK); /* no float role for packed F4 */
     assert_non_null(strstr(err.message, "'a'"));
