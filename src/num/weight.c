@@ -93,7 +93,7 @@ static drama_status need(const dr_tensor *w, const dr_tensor *c, const char *rol
 
 static drama_status bind_scalar(const dr_tensor *t, const char *role, int64_t slice, int64_t experts, float *v,
                                 drama_error *err) {
-    part p;
+    part p = {0};
     if (take_part(t, role, slice, experts, 0, &p, err)) return err ? err->code : DRAMA_ESHAPE;
     if (!is_float_scale_dtype(t->dtype))
         return dr_fail(err, DRAMA_ESHAPE, "%s: %s has dtype %s, expected F32", tname(t), role, dr_dtype_name(t->dtype));

@@ -342,7 +342,7 @@ static drama_status load_merges(dr_tok *tok, json_t *merges, drama_error *err) {
             blen = json_string_length(json_array_get(m, 1));
         }
         if (!a) return dr_fail(err, DRAMA_EFORMAT, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
-        int32_t ia, ib, im;
+        int32_t ia = 0, ib = 0, im = 0;
         int has_a = tok_strmap_get(&tok->vocab, a, alen, &ia), has_b = tok_strmap_get(&tok->vocab, b, blen, &ib);
         if (!has_a || !has_b)
             return dr_fail(err, DRAMA_EFORMAT, "model.merges[%zu]: token \"%.*s\" not in model.vocab", i,

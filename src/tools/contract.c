@@ -103,7 +103,7 @@ void ct_discriminate(ct_result *res, const char *case_name, const float *alt, co
 
 /* ---- runner ---- */
 
-#define CT_MAX 96
+#define CT_MAX 192
 
 static int selected(const dr_contract_options *o, const char *name) {
     if (!o->only || !o->only[0]) return 1;
@@ -116,8 +116,14 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
     int nk = 0, nc = 0;
     nk += ct_matmul_kernels(kernels + nk, CT_MAX - nk);
     nk += ct_ops_kernels(kernels + nk, CT_MAX - nk);
+    nk += ct_model_kernels(kernels + nk, CT_MAX - nk);
+    nk += ct_codec_kernels(kernels + nk, CT_MAX - nk);
+    nk += ct_cuda_kernels(kernels + nk, CT_MAX - nk);
     nc += ct_matmul_controls(controls + nc, CT_MAX - nc);
     nc += ct_ops_controls(controls + nc, CT_MAX - nc);
+    nc += ct_model_controls(controls + nc, CT_MAX - nc);
+    nc += ct_codec_controls(controls + nc, CT_MAX - nc);
+    nc += ct_cuda_controls(controls + nc, CT_MAX - nc);
     const char *golden = o->golden ? o->golden : getenv("DRAMA_GOLDEN");
     int ng = ct_golden_kernels(kernels + nk, CT_MAX - nk, golden);
     nk += ng;

@@ -50,6 +50,15 @@ int ct_matmul_kernels(ct_kernel *out, int max);
 int ct_matmul_controls(ct_kernel *out, int max);
 int ct_ops_kernels(ct_kernel *out, int max);
 int ct_ops_controls(ct_kernel *out, int max);
+/* Codec kernels (src/codec/ops.c, transformer.c): contract_codec.c */
+int ct_codec_kernels(ct_kernel *out, int max);
+int ct_codec_controls(ct_kernel *out, int max);
+/* Model-level element-wise kernels (backend/cpu/ops.h beyond the basic ops): contract_model.c */
+int ct_model_kernels(ct_kernel *out, int max);
+int ct_model_controls(ct_kernel *out, int max);
+/* CUDA kernels (src/backend/cuda), registered when the backend is built: contract_cuda.c */
+int ct_cuda_kernels(ct_kernel *out, int max);
+int ct_cuda_controls(ct_kernel *out, int max);
 /* Format fixtures from ref/quant-units.safetensors under golden_dir (none when it is absent). */
 int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir);
 int ct_golden_controls(ct_kernel *out, int max, const char *golden_dir);
