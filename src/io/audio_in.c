@@ -1,11 +1,15 @@
 /* audio_in.c - decode (libsndfile), mix to mono, resample (soxr). See audio_in.h. */
 #include "io/audio_in.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <sndfile.h>
 #include <soxr.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct membuf {
     const uint8_t *data;
@@ -30,6 +34,77 @@ static sf_count_t mem_write(const void *src, sf_count_t n, void *u) {
     return 0;
 }
 static sf_count_t mem_tell(void *u) { return ((membuf *)u)->pos; }
+
+/* The bytes of the input for the container check: a file descriptor (pread) or memory. */
+typedef struct byte_src {
+    int fd;
+    const uint8_t *mem;
+    uint64_t size;
+} byte_src;
+
+static int src_read(const byte_src *s, uint64_t off, void *buf, size_t n) {
+    if (off > s->size || n > s->size - off) return 0;
+    if (s->mem) {
+        memcpy(buf, s->mem + off, n);
+        return 1;
+    }
+    return pread(s->fd, buf, n, (off_t)off) == (ssize_t)n;
+}
+
+static uint64_t get_u32(const uint8_t *p, int big) {
+    return big ? (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3]
+               : (uint64_t)p[3] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[1] << 8 | p[0];
+}
+static uint64_t get_u64le(const uint8_t *p) { return get_u32(p + 4, 0) << 32 | get_u32(p, 0); }
+
+#define SIZE_UNKNOWN 0xFFFFFFFFu /* streaming writers' "runs to the end of the file" (RIFF) */
+
+/* libsndfile silently shortens a WAV/AIFF whose chunk sizes run past the end of the file (a
+ * truncated download); walk the chunk headers (bounded) and refuse what the header promises but
+ * the file lacks. Other containers pass through: their decoders report truncation themselves. */
+static drama_status check_container(const byte_src *s, const char *label, drama_error *err) {
+    uint8_t h[12];
+    if (!src_read(s, 0, h, 12)) return DRAMA_OK;
+    int riff = !memcmp(h + 8, "WAVE", 4) && (!memcmp(h, "RIFF", 4) || !memcmp(h, "RIFX", 4) ||
+                                             !memcmp(h, "RF64", 4) || !memcmp(h, "BW64", 4));
+    int aiff = !memcmp(h, "FORM", 4) && (!memcmp(h + 8, "AIFF", 4) || !memcmp(h + 8, "AIFC", 4));
+    if (!riff && !aiff) return DRAMA_OK;
+    int big = aiff || !memcmp(h, "RIFX", 4), rf64 = !memcmp(h, "RF64", 4) || !memcmp(h, "BW64", 4);
+    char form[5] = {0}, data_id[5];
+    memcpy(form, h, 4);
+    memcpy(data_id, aiff ? "SSND" : "data", 5);
+    uint64_t file = s->size, form_size = get_u32(h + 4, big), data_size64 = SIZE_UNKNOWN;
+    int have_ds64 = 0;
+    uint64_t pos = 12;
+    for (int k = 0; k < 4096 && pos + 8 <= file; k++) {
+        uint8_t c[8];
+        if (!src_read(s, pos, c, 8)) return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
+        char id[5] = {0};
+        memcpy(id, c, 4);
+        uint64_t size = get_u32(c + 4, big), room = file - pos - 8;
+        if (rf64 && !strcmp(id, "ds64") && size >= 16 && room >= 16) { /* RF64: the real 64-bit sizes */
+            uint8_t d[16];
+            if (!src_read(s, pos + 8, d, 16)) return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
+            form_size = get_u64le(d), data_size64 = get_u64le(d + 8), have_ds64 = 1;
+        }
+        if (!strcmp(id, data_id)) {
+            if (riff && size == SIZE_UNKNOWN) {
+                if (!have_ds64) return DRAMA_OK; /* unknown length (a pipe's WAV): libsndfile reads to the end */
+                size = data_size64;
+            }
+            if (size > room)
+                return dr_fail(err, DRAMA_EFORMAT, "%s: the '%s' chunk at byte %llu declares %llu bytes of audio but "
+                               "the file holds only %llu after its header (truncated file?)", label, id,
+                               (unsigned long long)pos, (unsigned long long)size, (unsigned long long)room);
+            break;
+        }
+        if (size > room) break; /* a misread layout is not proof of truncation: the form size decides */
+        pos += 8 + size + (size & 1); /* chunks are padded to an even length */
+    }
+    if ((riff && form_size == SIZE_UNKNOWN && !have_ds64) || form_size <= file - 8) return DRAMA_OK;
+    return dr_fail(err, DRAMA_EFORMAT, "%s: the %s header declares %llu bytes but the file has %llu (truncated file?)",
+                   label, form, (unsigned long long)(form_size + 8), (unsigned long long)file);
+}
 
 static drama_status read_sf(SNDFILE *sf, const SF_INFO *info, const char *label, const dr_audio_in_opts *o,
                             float **samples, int64_t *n, drama_error *err) {
@@ -62,11 +137,13 @@ static drama_status read_sf(SNDFILE *sf, const SF_INFO *info, const char *label,
         return dr_fail(err, DRAMA_EFORMAT, "%s: could not decode any samples (truncated or corrupt?): %s", label,
                        sf_strerror(sf));
     }
-    /* a decoder error part way (a truncated FLAC loses sync) must not yield a silently shortened clip */
-    if (got < frames && sf_error(sf)) {
+    /* fewer frames than the header states must not yield a silently shortened clip: a truncated FLAC
+     * loses sync (an error), a truncated MP3 just ends early (no error) */
+    if (got < frames) {
         free(inter), free(mono);
-        return dr_fail(err, DRAMA_EFORMAT, "%s: decoding stopped after %lld of %lld frames (truncated or corrupt?): %s",
-                       label, (long long)got, (long long)frames, sf_strerror(sf));
+        return dr_fail(err, DRAMA_EFORMAT, "%s: decoding stopped after %lld of %lld frames (truncated or corrupt?)%s%s",
+                       label, (long long)got, (long long)frames, sf_error(sf) ? ": " : "",
+                       sf_error(sf) ? sf_strerror(sf) : "");
     }
     frames = got;
     for (int64_t i = 0; i < frames; i++) {
@@ -119,12 +196,21 @@ drama_status dr_audio_read(const char *path, const dr_audio_in_opts *opts, float
                            drama_error *err) {
     *samples = NULL;
     *n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot read audio: %s", path, strerror(errno));
+    struct stat sb;
+    drama_status rc = DRAMA_OK;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a pipe has no size to check against */
+        byte_src src = {fd, NULL, (uint64_t)sb.st_size};
+        rc = check_container(&src, path, err);
+    }
     SF_INFO info;
     memset(&info, 0, sizeof info);
-    SNDFILE *sf = sf_open(path, SFM_READ, &info);
-    if (!sf) return dr_fail(err, DRAMA_EIO, "%s: cannot read audio: %s", path, sf_strerror(NULL));
-    drama_status rc = read_sf(sf, &info, path, opts, samples, n, err);
-    sf_close(sf);
+    SNDFILE *sf = rc ? NULL : sf_open_fd(fd, SFM_READ, &info, SF_FALSE);
+    if (!rc && !sf) rc = dr_fail(err, DRAMA_EIO, "%s: cannot read audio: %s", path, sf_strerror(NULL));
+    if (!rc) rc = read_sf(sf, &info, path, opts, samples, n, err);
+    if (sf) sf_close(sf);
+    close(fd);
     return rc;
 }
 
@@ -134,13 +220,16 @@ drama_status dr_audio_read_memory(const void *data, size_t size, const char *lab
     *n = 0;
     if (!label) label = "audio";
     if (!data || size == 0) return dr_fail(err, DRAMA_EEMPTY, "%s: empty audio data", label);
+    byte_src src = {-1, data, size};
+    drama_status rc = check_container(&src, label, err);
+    if (rc) return rc;
     membuf m = {data, (sf_count_t)size, 0};
     SF_VIRTUAL_IO vio = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
     SF_INFO info;
     memset(&info, 0, sizeof info);
     SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, &m);
     if (!sf) return dr_fail(err, DRAMA_EFORMAT, "%s: cannot decode audio: %s", label, sf_strerror(NULL));
-    drama_status rc = read_sf(sf, &info, label, opts, samples, n, err);
+    rc = read_sf(sf, &info, label, opts, samples, n, err);
     sf_close(sf);
     return rc;
 }
