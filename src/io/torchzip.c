@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "base/path.h"
 #include "io/unpickle.h"
@@ -17,6 +18,7 @@ typedef struct zentry {
     char *name;
     const uint8_t *data;
     uint64_t size;
+    uint32_t crc; /* CRC-32 from the central directory */
 } zentry;
 
 struct dr_pth {
@@ -136,12 +138,32 @@ static drama_status parse_zip(dr_pth *p, drama_error *err) {
                            "(%zu bytes)", path, name, (unsigned long long)usize, (unsigned long long)data, n);
         p->entries[e].data = f + data;
         p->entries[e].size = usize;
+        p->entries[e].crc = (uint32_t)le(h + 16, 4);
         pos += 46 + nlen + elen + clen;
     }
     qsort(p->entries, (size_t)p->n_entries, sizeof *p->entries, cmp_entry);
     for (int64_t i = 1; i < p->n_entries; i++)
         if (!strcmp(p->entries[i].name, p->entries[i - 1].name))
             return dr_fail(err, DRAMA_EFORMAT, "%s: duplicate zip entry '%s'", path, p->entries[i].name);
+    return DRAMA_OK;
+}
+
+/* Every member's bytes against its CRC-32: a flipped bit in a stored tensor would otherwise load
+ * as a silently wrong weight. Run last, after everything cheaper has been validated. */
+static drama_status check_crcs(const dr_pth *p, drama_error *err) {
+    for (int64_t i = 0; i < p->n_entries; i++) {
+        const zentry *ze = &p->entries[i];
+        uLong crc = crc32(0L, Z_NULL, 0);
+        for (uint64_t off = 0; off < ze->size;) { /* zlib takes 32-bit lengths */
+            uInt len = ze->size - off > (1u << 30) ? (1u << 30) : (uInt)(ze->size - off);
+            crc = crc32(crc, ze->data + off, len);
+            off += len;
+        }
+        if ((uint32_t)crc != ze->crc)
+            return dr_fail(err, DRAMA_EFORMAT, "%s: zip member '%s' (%llu bytes) fails its CRC-32 check (stored %08x, "
+                           "computed %08x): the file is corrupt", p->path, ze->name, (unsigned long long)ze->size,
+                           (unsigned)ze->crc, (unsigned)crc);
+    }
     return DRAMA_OK;
 }
 
@@ -300,7 +322,7 @@ static drama_status load(dr_pth *p, drama_error *err) {
     for (int64_t i = 1; i < p->n_tensors; i++)
         if (!strcmp(p->tensors[p->sorted[i]].name, p->tensors[p->sorted[i - 1]].name))
             return dr_fail(err, DRAMA_EFORMAT, "%s: duplicate tensor name '%s'", label, p->tensors[p->sorted[i]].name);
-    return DRAMA_OK;
+    return check_crcs(p, err);
 }
 
 drama_status dr_pth_open_memory(const void *data, size_t size, const char *label, dr_pth **out, drama_error *err) {

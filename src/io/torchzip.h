@@ -3,7 +3,8 @@
  * The file is mmapped; the ZIP central directory is validated (stored entries only, data inside
  * the file, unique names, ZIP64 accepted), the single `<prefix>/data.pkl` is run through the
  * restricted unpickler (io/unpickle.h) and every tensor of the state dict becomes a dr_tensor
- * view into the mapping. Views of non-contiguous tensors are copies owned by the handle.
+ * view into the mapping. Last, every member's bytes are checked against its CRC-32 (an error
+ * names the member); this reads the whole file once at open. Views of non-contiguous tensors are copies owned by the handle.
  * A `{"state_dict": {...}}` wrapper is unwrapped (its other keys ignored). Names are kept as
  * stored (no prefix stripping here). Views stay valid until dr_pth_close. */
 #ifndef DRAMA_IO_TORCHZIP_H

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "io/torchzip.h"
 #include "io/unpickle.h"
@@ -102,7 +103,7 @@ static void zip(buf *z, const zent *e, int n, size_t *cd_at) {
     for (int i = 0; i < n; i++) {
         if (cd_at) cd_at[i] = z->n;
         le(z, 0x02014b50, 4), le(z, 20, 2), le(z, 20, 2), le(z, 0, 2), le(z, (uint64_t)e[i].method, 2);
-        le(z, 0, 4), le(z, 0, 4), le(z, e[i].size, 4), le(z, e[i].size, 4);
+        le(z, 0, 4), le(z, crc32(0L, e[i].data, (uInt)e[i].size), 4), le(z, e[i].size, 4), le(z, e[i].size, 4);
         le(z, strlen(e[i].name), 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 4), le(z, lho[i], 4);
         put(z, e[i].name, strlen(e[i].name));
     }
@@ -333,7 +334,8 @@ static void test_zip64_fields(void **state) {
     }
     size_t cd = z.n;
     for (int i = 0; i < 2; i++) {
-        le(&z, 0x02014b50, 4), le(&z, 45, 2), le(&z, 45, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4), le(&z, 0, 4);
+        le(&z, 0x02014b50, 4), le(&z, 45, 2), le(&z, 45, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4);
+        le(&z, crc32(0L, e[i].data, (uInt)e[i].size), 4);
         le(&z, 0xFFFFFFFFu, 4), le(&z, 0xFFFFFFFFu, 4); /* csize, usize in the extra field */
         le(&z, strlen(e[i].name), 2), le(&z, 28, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 2), le(&z, 0, 4);
         le(&z, 0xFFFFFFFFu, 4); /* local header offset in the extra field */
