@@ -196,7 +196,7 @@ drama_status dr_audio_read(const char *path, const dr_audio_in_opts *opts, float
                            drama_error *err) {
     *samples = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO); /* "-": stdin, as sf_open */
     if (fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot read audio: %s", path, strerror(errno));
     struct stat sb;
     drama_status rc = DRAMA_OK;

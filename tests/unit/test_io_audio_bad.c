@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <sndfile.h>
+#include <unistd.h>
 
 #include "io/audio_in.h"
 #include "testutil.h"
@@ -200,12 +201,56 @@ static void test_aiff_cut_anywhere(void **state) {
     tu_rm_rf(dir);
 }
 
+/* "-" reads stdin: a redirected file is checked like a path; a pipe (no size) reads to its end. */
+static void test_stdin(void **state) {
+    (void)state;
+    uint8_t buf[1024];
+    int16_t pcm[FRAMES];
+    size_t len = make_wav(buf, pcm, 0, 1);
+    const char *dir = tu_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/in.wav", dir);
+    int saved = dup(STDIN_FILENO);
+    float *y = NULL;
+    int64_t n = 0;
+    drama_error e = {0};
+    for (int cut = 0; cut < 2; cut++) {
+        tu_write_file(path, buf, cut ? len - 30 : len);
+        assert_non_null(freopen(path, "rb", stdin));
+        dr_error_clear(&e);
+        drama_status st = dr_audio_read("-", NULL, &y, &n, &e);
+        if (cut) {
+            assert_int_equal(st, DRAMA_EFORMAT);
+            printf("stdin, cut: %s\n", e.message);
+        } else {
+            if (st) fail_msg("%s", e.message);
+            assert_int_equal(n, FRAMES);
+            free(y);
+        }
+    }
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(write(fds[1], buf, len), (ssize_t)len); /* fits the pipe buffer */
+    close(fds[1]);
+    dup2(fds[0], STDIN_FILENO);
+    close(fds[0]);
+    dr_error_clear(&e);
+    if (dr_audio_read("-", NULL, &y, &n, &e)) fail_msg("pipe: %s", e.message);
+    assert_int_equal(n, FRAMES);
+    for (int i = 0; i < FRAMES; i++) assert_true(y[i] == (float)pcm[i] / 32768.0f);
+    free(y);
+    dup2(saved, STDIN_FILENO);
+    close(saved);
+    tu_rm_rf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wav_cut_anywhere),
         cmocka_unit_test(test_wav_valid_variants),
         cmocka_unit_test(test_containers_half),
         cmocka_unit_test(test_aiff_cut_anywhere),
+        cmocka_unit_test(test_stdin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
