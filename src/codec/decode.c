@@ -185,7 +185,7 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     }
     cd_snake_run(&c->dec_snake, a.x, a.len, pool);
     if ((rc = conv_step(&c->dec_out, hist, &a, pool, err))) goto done;
-    for (int64_t i = 0; i < a.len; i++) out[i] = tanhf(a.x[i]);
+    cd_tanh(a.x, out, a.len);
 done:
     dr_free(a.x);
     return rc;

@@ -45,19 +45,7 @@ static drama_status quantize(const dr_codec *c, float *z, int64_t T, int32_t *co
             return rc;
         }
         for (int64_t t = 0; t < T; t++) {
-            float eh[64], ss = 0.0f, ee = 0.0f;
-            for (int d = 0; d < dim; d++) ss += e[(int64_t)d * T + t] * e[(int64_t)d * T + t];
-            float nrm = sqrtf(ss), den = nrm > 1e-12f ? nrm : 1e-12f;
-            for (int d = 0; d < dim; d++) eh[d] = e[(int64_t)d * T + t] / den, ee += eh[d] * eh[d];
-            int best = 0;
-            float best_d = INFINITY;
-            for (int j = 0; j < q->n; j++) {
-                const float *h = q->cb_hat + (int64_t)j * dim;
-                float dot = 0.0f;
-                for (int d = 0; d < dim; d++) dot += eh[d] * h[d];
-                float dist = ee - 2.0f * dot + q->cb_hat_sq[j];
-                if (dist < best_d) best_d = dist, best = j; /* ties: lowest index */
-            }
+            int best = cd_vq_nearest(q, e + t, T);
             codes[t * K + k] = best;
             const float *row = q->table + (int64_t)best * Q; /* out_proj of the raw codebook row */
             for (int o = 0; o < Q; o++) z[(int64_t)o * T + t] -= row[o];
@@ -120,7 +108,8 @@ drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n,
     const dr_codec_config *cf = &c->cfg;
     if (!(c->parts & DR_CODEC_LOAD_ENCODER)) return dr_fail(err, DRAMA_EINVAL, "codec: loaded without the encoder");
     if (n <= 0) return dr_fail(err, DRAMA_EEMPTY, "codec encode: no samples");
-    if (cf->codebook_dim > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "codec encode: codebook_dim above 64");
+    if (cf->codebook_dim > CD_VQ_MAX_DIM)
+        return dr_fail(err, DRAMA_EUNSUPPORTED, "codec encode: codebook_dim above %d", CD_VQ_MAX_DIM);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(samples[i])) return dr_fail(err, DRAMA_ENUMERIC, "codec encode: sample %lld is not finite", (long long)i);
     int64_t FL = cf->frame_length, T = (n + FL - 1) / FL, K = cf->num_codebooks;

@@ -35,7 +35,7 @@ typedef struct cd_conv {
     int cin, cout, k, dil, stride, groups, transposed;
     float *w;   /* packed by cd_pack_weights: [ceil(cout/8)][cin/groups][k][8] (zero-padded rows);
                  * transposed: per output phase q < stride one such stride-1 conv with
-                 * ceil(k/stride) taps (re-laid at load); read one value with cd_weight_at */
+                 * ceil(k/stride) taps (cd_conv_pack); read one value with cd_weight_at */
     float *b;   /* [cout] */
     int hist;   /* history columns carried between calls (0: stateless) */
     int state;  /* index in the path's state table, -1 when hist == 0 */
@@ -137,21 +137,48 @@ drama_status cd_state_init(const dr_codec *c, int path, cd_state *s, drama_error
 void cd_state_reset(cd_state *s, const dr_codec *c, int path);
 void cd_state_free(cd_state *s);
 
-/* ---- ops (ops.c) ---- all return DRAMA_ENOMEM on allocation failure */
+/* ---- ops (ops.c) ---- all return DRAMA_ENOMEM on allocation failure. `drama contract`
+ * (src/tools/contract_codec.c) checks each kernel below against a float64 reference. */
 /* w [cout][cin_g][k] -> packed [ceil(cout/8)][cin_g][k][8]; packed holds cd_packed_len floats. */
 void cd_pack_weights(const float *w, float *packed, int cout, int cin_g, int k);
 static inline int64_t cd_packed_len(int cout, int cin_g, int k) {
     return (int64_t)(cout + CD_WPACK - 1) / CD_WPACK * CD_WPACK * cin_g * k;
 }
 float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk);
+/* A conv's geometry and history columns (w, b NULL, state -1); the loader and the contract build
+ * every conv this way. */
+void cd_conv_init(cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed);
+int64_t cd_conv_weight_len(const cd_conv *cv); /* floats of the packed cv->w */
+/* plain weights (conv [cout][cin/groups][k]; transposed [cin][cout][k], re-laid per output phase)
+ * -> packed (cd_conv_weight_len floats) */
+void cd_conv_pack(const cd_conv *cv, const float *w, float *packed);
 /* x [cin][L] -> y [cout][L_out]; L must be a multiple of stride for strided convs. */
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
                          drama_error *err);
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
+void cd_snake_prepare(cd_snake *s, double eps); /* s->inv = 1 / (alpha + eps) in fp32 */
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
+/* ConvNeXt LayerNorm over the C channels of each time step of x [C][L], in place */
+void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps);
+void cd_tanh(const float *x, float *y, int64_t n); /* the decoder's last activation */
+/* VQ (CODEC.md 3.8): x (dim values, stride apart) / max(||x||, 1e-12) -> out; returns ||out||^2 */
+#define CD_VQ_MAX_DIM 64
+float cd_unit_vector(const float *x, int64_t stride, int dim, float *out);
+void cd_vq_normalise(cd_vq *q); /* cb_hat, cb_hat_sq from codebook */
+/* the code minimising ||e^||^2 - 2 e^.c^_j + ||c^_j||^2 for e (dim values, stride apart); ties:
+ * the lowest index; -1 when dim > CD_VQ_MAX_DIM */
+int cd_vq_nearest(const cd_vq *q, const float *e, int64_t stride);
 /* y = x + ru(x), in place on x [c][L] */
 drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
 drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
+/* transformer pieces (transformer.c) */
+void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps); /* per time step */
+void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0);
+/* q [L][H*hd]; k, v [n_prev + L][H*hd] (cached positions first) -> out [H*hd][L]; query t sees
+ * keys max(0, n_prev + t - W + 1) .. n_prev + t */
+void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
+               float *out, dr_pool *pool);
+void cd_swiglu(float *g, const float *u, int64_t n); /* g = silu(g) * u */
 /* transformer (transformer.c): x [dim][L] -> y [dim][L] */
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,
                        drama_error *err);

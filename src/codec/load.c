@@ -209,49 +209,17 @@ static void disown(ld *L, void *p) {
         }
 }
 
-/* pack w [cout][cin_g][k] for the kernels (ops.c); returns the packed owned buffer */
-static float *pack(ld *L, float *w, int cout, int cin_g, int k) {
-    float *pk = own(L, (size_t)cd_packed_len(cout, cin_g, k) * sizeof(float));
-    if (!pk) return NULL;
-    cd_pack_weights(w, pk, cout, cin_g, k);
-    return pk;
-}
-
+/* plain weights (conv [cout][cin/groups][k], transposed [cin][cout][k]) -> the packed layout of
+ * the kernels (cd_conv_pack); the plain buffer is released at once */
 static void conv_setup(ld *L, cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed,
                        float *w, float *b, int path) {
-    cv->cin = cin, cv->cout = cout, cv->k = k, cv->dil = dil, cv->stride = stride, cv->groups = groups;
-    cv->transposed = transposed;
+    cd_conv_init(cv, cin, cout, k, dil, stride, groups, transposed);
     cv->b = b;
-    cv->w = NULL;
-    if (transposed) {
-        int R = (k + stride - 1) / stride;
-        cv->hist = R - 1;
-        if (w && L->alloc) { /* [cin][cout][k] -> per phase q: [cout][cin][R], entry r' = tap q + (R-1-r')*s */
-            float *t = own(L, (size_t)cout * cin * R * sizeof(float));
-            int64_t plen = cd_packed_len(cout, cin, R);
-            float *all = own(L, (size_t)stride * (size_t)plen * sizeof(float));
-            if (t && all) {
-                for (int q = 0; q < stride; q++) {
-                    for (int o = 0; o < cout; o++)
-                        for (int i = 0; i < cin; i++)
-                            for (int r = 0; r < R; r++) {
-                                int tap = q + (R - 1 - r) * stride;
-                                t[((int64_t)o * cin + i) * R + r] = tap < k ? w[((int64_t)i * cout + o) * k + tap] : 0.0f;
-                            }
-                    cd_pack_weights(t, all + (int64_t)q * plen, cout, cin, R);
-                }
-                cv->w = all;
-            }
-            if (t) disown(L, t);
-            disown(L, w);
-        }
-    } else {
-        int span = (k - 1) * dil + 1;
-        cv->hist = span - stride > 0 ? span - stride : 0;
-        if (w && L->alloc) {
-            cv->w = pack(L, w, cout, cin / groups, k);
-            disown(L, w);
-        }
+    if (w && L->alloc) {
+        float *pk = own(L, (size_t)cd_conv_weight_len(cv) * sizeof(float));
+        if (pk) cd_conv_pack(cv, w, pk);
+        cv->w = pk;
+        disown(L, w);
     }
     new_state(L, cv, path);
 }
@@ -272,8 +240,7 @@ static void snake(ld *L, cd_snake *s, const char *name, int c, double eps) {
     s->alpha = get(L, name, 3, shape);
     if (s->alpha && L->alloc) {
         s->inv = own(L, (size_t)c * sizeof(float));
-        if (s->inv)
-            for (int i = 0; i < c; i++) s->inv[i] = 1.0f / (s->alpha[i] + (float)eps);
+        if (s->inv) cd_snake_prepare(s, eps);
     }
 }
 
@@ -484,17 +451,9 @@ static void precompute(dr_codec *c) {
     for (int k = 0; k < 1 + cf->n_codebooks; k++) {
         cd_vq *q = &c->vq[k];
         if (!q->codebook) continue;
+        cd_vq_normalise(q);
         for (int j = 0; j < q->n; j++) {
             const float *row = q->codebook + (int64_t)j * q->dim;
-            float ss = 0.0f;
-            for (int d = 0; d < q->dim; d++) ss += row[d] * row[d];
-            float nrm = sqrtf(ss), den = nrm > 1e-12f ? nrm : 1e-12f, hs = 0.0f;
-            for (int d = 0; d < q->dim; d++) {
-                float h = row[d] / den;
-                q->cb_hat[(int64_t)j * q->dim + d] = h;
-                hs += h * h;
-            }
-            q->cb_hat_sq[j] = hs;
             for (int o = 0; o < q->cin; o++) {
                 float acc = 0.0f;
                 for (int d = 0; d < q->dim; d++) acc += cd_weight_at(q->out_proj.w, q->dim, 1, o, d, 0) * row[d];

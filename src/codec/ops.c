@@ -41,6 +41,44 @@ float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk) 
     return packed[((int64_t)(o / OB) * cin_g * k + (int64_t)i * k + kk) * OB + o % OB];
 }
 
+void cd_conv_init(cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed) {
+    *cv = (cd_conv){.cin = cin, .cout = cout, .k = k, .dil = dil, .stride = stride, .groups = groups,
+                    .transposed = transposed, .state = -1};
+    if (transposed) {
+        cv->hist = (k + stride - 1) / stride - 1; /* inputs that still reach the next outputs */
+    } else {
+        int span = (k - 1) * dil + 1;
+        cv->hist = span - stride > 0 ? span - stride : 0;
+    }
+}
+
+int64_t cd_conv_weight_len(const cd_conv *cv) {
+    if (!cv->transposed) return cd_packed_len(cv->cout, cv->cin / cv->groups, cv->k);
+    int R = (cv->k + cv->stride - 1) / cv->stride;
+    return cv->stride * cd_packed_len(cv->cout, cv->cin, R);
+}
+
+void cd_conv_pack(const cd_conv *cv, const float *w, float *packed) {
+    if (!cv->transposed) {
+        cd_pack_weights(w, packed, cv->cout, cv->cin / cv->groups, cv->k);
+        return;
+    }
+    /* [cin][cout][k] -> per output phase q: a stride-1 conv [cout][cin][R] whose tap r reads
+     * kernel tap q + (R-1-r)*s (oldest input first); taps past k are zero */
+    int s = cv->stride, R = (cv->k + s - 1) / s, cin = cv->cin, cout = cv->cout, k = cv->k;
+    int64_t plen = cd_packed_len(cout, cin, R);
+    for (int q = 0; q < s; q++) {
+        float *pq = packed + (int64_t)q * plen;
+        for (int o = 0; o < (cout + OB - 1) / OB * OB; o++)
+            for (int i = 0; i < cin; i++)
+                for (int r = 0; r < R; r++) {
+                    int tap = q + (R - 1 - r) * s;
+                    float v = o < cout && tap < k ? w[((int64_t)i * cout + o) * k + tap] : 0.0f;
+                    pq[((int64_t)(o / OB) * cin * R + (int64_t)i * R + r) * OB + o % OB] = v;
+                }
+    }
+}
+
 /* Stride-1, groups-1 conv on one block of OB outputs. Every output is the same fixed-order sum
  * a = 0; a = a + w[o][i][k] * x[i][t + k d] over i, then k; y = a + bias. Full groups of VW
  * steps are vectorised across time (4 outputs x 8 steps in registers); the remaining steps are
@@ -196,6 +234,10 @@ static void snake_task(void *ctx, int64_t c, int worker) {
     }
 }
 
+void cd_snake_prepare(cd_snake *s, double eps) {
+    for (int i = 0; i < s->c; i++) s->inv[i] = 1.0f / (s->alpha[i] + (float)eps); /* fp32, as the reference */
+}
+
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool) {
     snake_job j = {s, x, L};
     dr_pool_run(pool, s->c, snake_task, &j);
@@ -228,7 +270,7 @@ drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_po
 }
 
 /* LayerNorm over channels per time step; sums run over channels in order for every t. */
-static void layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps) {
+void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps) {
     for (int64_t t0 = 0; t0 < L; t0 += TT) {
         int64_t nt = L - t0 < TT ? L - t0 : TT;
         float mean[TT], var[TT];
@@ -257,7 +299,7 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
     if (!h || !m || !o) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (ConvNeXt block)");
     if (!rc) rc = cd_conv_run(&b->dw, cd_hist(hist, &b->dw), x, L, h, pool, err);
     if (!rc) {
-        layernorm_ct(h, C, L, b->ln_w, b->ln_b, b->ln_eps);
+        cd_layernorm_ct(h, C, L, b->ln_w, b->ln_b, b->ln_eps);
         rc = cd_conv_run(&b->pw1, NULL, h, L, m, pool, err);
     }
     if (!rc) {
@@ -269,4 +311,40 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
             for (int64_t t = 0; t < L; t++) x[(int64_t)c * L + t] += b->gamma[c] * o[(int64_t)c * L + t];
     dr_free(h), dr_free(m), dr_free(o);
     return rc;
+}
+
+void cd_tanh(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+}
+
+float cd_unit_vector(const float *x, int64_t stride, int dim, float *out) {
+    float ss = 0.0f, hs = 0.0f;
+    for (int d = 0; d < dim; d++) ss += x[d * stride] * x[d * stride];
+    float nrm = sqrtf(ss), den = nrm > 1e-12f ? nrm : 1e-12f;
+    for (int d = 0; d < dim; d++) {
+        out[d] = x[d * stride] / den;
+        hs += out[d] * out[d];
+    }
+    return hs;
+}
+
+void cd_vq_normalise(cd_vq *q) {
+    for (int j = 0; j < q->n; j++)
+        q->cb_hat_sq[j] = cd_unit_vector(q->codebook + (int64_t)j * q->dim, 1, q->dim, q->cb_hat + (int64_t)j * q->dim);
+}
+
+int cd_vq_nearest(const cd_vq *q, const float *e, int64_t stride) {
+    float eh[CD_VQ_MAX_DIM];
+    if (q->dim > CD_VQ_MAX_DIM) return -1;
+    float ee = cd_unit_vector(e, stride, q->dim, eh);
+    int best = 0;
+    float best_d = INFINITY;
+    for (int j = 0; j < q->n; j++) {
+        const float *h = q->cb_hat + (int64_t)j * q->dim;
+        float dot = 0.0f;
+        for (int d = 0; d < q->dim; d++) dot += eh[d] * h[d];
+        float dist = ee - 2.0f * dot + q->cb_hat_sq[j];
+        if (dist < best_d) best_d = dist, best = j; /* ties: lowest index */
+    }
+    return best;
 }

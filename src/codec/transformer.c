@@ -19,7 +19,7 @@ static float bf16_round(float x) {
 }
 
 /* x [D][L] -> y = x / sqrt(mean(x^2) + eps) * w per time step (sum over channels in order). */
-static void rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps) {
+void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps) {
     enum { TB = 256 };
     for (int64_t t0 = 0; t0 < L; t0 += TB) {
         int64_t nt = L - t0 < TB ? L - t0 : TB;
@@ -37,7 +37,7 @@ static void rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *
 }
 
 /* RoPE on rows [row0, row0 + n_head*hd) of qkv [rows][L], adjacent pairs, positions pos0 + t. */
-static void rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0) {
+void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0) {
     int hd = cf->head_dim;
     for (int i = 0; i < hd / 2; i++) {
         float e = (float)(2 * i) / (float)hd;
@@ -101,6 +101,19 @@ static void attn_task(void *ctx, int64_t idx, int worker) {
     free(sc);
 }
 
+void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
+               float *out, dr_pool *pool) {
+    attn_job aj = {cf, q, k, v, n_prev, L, out};
+    dr_pool_run(pool, L * cf->n_head, attn_task, &aj);
+}
+
+void cd_swiglu(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float a = g[i];
+        g[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,
                        drama_error *err) {
     const dr_codec_tf_config *cf = &tf->cfg;
@@ -120,10 +133,10 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
     for (int l = 0; l < cf->n_layer && !rc; l++) {
         const cd_tlayer *ly = &tf->layers[l];
         float *ck = kv->k + (int64_t)l * keep * Dq, *cvv = kv->v + (int64_t)l * keep * Dq;
-        rmsnorm_ct(cur, nrm, D, L, ly->attn_norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, nrm, D, L, ly->attn_norm, cf->norm_eps);
         if ((rc = cd_conv_run(&ly->wqkv, NULL, nrm, L, qkv, pool, err))) break;
-        rope_ct(qkv, 0, cf, L, kv->pos);
-        rope_ct(qkv, Dq, cf, L, kv->pos);
+        cd_rope_ct(qkv, 0, cf, L, kv->pos);
+        cd_rope_ct(qkv, Dq, cf, L, kv->pos);
         /* rows -> [time][channel] for attention; cached positions first */
         memcpy(kk, ck, (size_t)np * Dq * 4);
         memcpy(vv, cvv, (size_t)np * Dq * 4);
@@ -133,18 +146,14 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
                 kk[(np + t) * Dq + c] = qkv[(int64_t)(Dq + c) * L + t];
                 vv[(np + t) * Dq + c] = qkv[(int64_t)(2 * Dq + c) * L + t];
             }
-        attn_job aj = {cf, q, kk, vv, np, L, att};
-        dr_pool_run(pool, L * cf->n_head, attn_task, &aj);
+        cd_attend(cf, q, kk, vv, np, L, att, pool);
         if ((rc = cd_conv_run(&ly->wo, NULL, att, L, o, pool, err))) break;
         for (int c = 0; c < D; c++)
             for (int64_t t = 0; t < L; t++) cur[(int64_t)c * L + t] += ly->g_attn[c] * o[(int64_t)c * L + t];
-        rmsnorm_ct(cur, nrm, D, L, ly->ffn_norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, nrm, D, L, ly->ffn_norm, cf->norm_eps);
         if ((rc = cd_conv_run(&ly->w1, NULL, nrm, L, f1, pool, err))) break;
         if ((rc = cd_conv_run(&ly->w3, NULL, nrm, L, f3, pool, err))) break;
-        for (int64_t i = 0; i < (int64_t)F * L; i++) {
-            float a = f1[i];
-            f1[i] = a / (1.0f + expf(-a)) * f3[i];
-        }
+        cd_swiglu(f1, f3, (int64_t)F * L);
         if ((rc = cd_conv_run(&ly->w2, NULL, f1, L, o, pool, err))) break;
         for (int c = 0; c < D; c++)
             for (int64_t t = 0; t < L; t++) cur[(int64_t)c * L + t] += ly->g_ffn[c] * o[(int64_t)c * L + t];
@@ -157,7 +166,7 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
         int64_t tot = np + L;
         kv->n = tot < keep ? tot : keep;
         kv->pos += L;
-        rmsnorm_ct(cur, y, D, L, tf->norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, y, D, L, tf->norm, cf->norm_eps);
     }
 done:
     dr_free(cur), dr_free(nrm), dr_free(qkv), dr_free(q), dr_free(kk), dr_free(vv);
