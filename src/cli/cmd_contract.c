@@ -57,7 +57,11 @@ int cmd_contract(int argc, char **argv) {
     dr_contract_summary s;
     int rc = dr_contract_run(&o, stdout, &s);
     if (!o.list && s.kernels == 0 && s.controls == 0) {
-        fprintf(stderr, "drama contract: no kernel matches '%s'\n", o.only ? o.only : "");
+        if (s.not_run)
+            fprintf(stderr, "drama contract: none of the %d selected entries can run here: %s\n", s.not_run,
+                    s.not_run_why);
+        else
+            fprintf(stderr, "drama contract: no kernel matches '%s'\n", o.only ? o.only : "");
         return DR_EXIT_USAGE;
     }
     return rc ? DR_EXIT_ERROR : DR_EXIT_OK;

@@ -105,10 +105,45 @@ void ct_discriminate(ct_result *res, const char *case_name, const float *alt, co
 
 #define CT_MAX 192
 
-static int selected(const dr_contract_options *o, const char *name) {
+static int pattern_matches(const char *pat, const char *s) {
+    if (strpbrk(pat, "*?[")) return fnmatch(pat, s, 0) == 0;
+    return strstr(s, pat) != NULL;
+}
+
+/* The pattern selects by name or by "<backend>/<name>" (`--only cuda`, `--only 'cpu/avx2/matmul.*'`). */
+static int selected(const dr_contract_options *o, const ct_kernel *k) {
     if (!o->only || !o->only[0]) return 1;
-    if (strpbrk(o->only, "*?[")) return fnmatch(o->only, name, 0) == 0;
-    return strstr(name, o->only) != NULL;
+    char full[160];
+    snprintf(full, sizeof full, "%s/%s", k->backend ? k->backend : "", k->name);
+    return pattern_matches(o->only, k->name) || pattern_matches(o->only, full);
+}
+
+/* Entries that cannot run here (no device): one NOT RUN line per backend and reason (a group); they
+ * are left out of N and of C. */
+typedef struct ct_skip_group {
+    char backend[32], why[200], family[48]; /* backend: up to its first '/' ("cuda" for "cuda/control") */
+    int kernels, controls;
+} ct_skip_group;
+
+static void skip_note(ct_skip_group *g, int *ng, const ct_kernel *k, const char *why, int control) {
+    char be[32];
+    snprintf(be, sizeof be, "%.*s", (int)strcspn(k->backend, "/"), k->backend);
+    int i = 0;
+    while (i < *ng && !(strcmp(g[i].backend, be) == 0 && strcmp(g[i].why, why) == 0)) i++;
+    if (i == *ng) {
+        if (*ng == 8) i = 7; /* more distinct reasons than lines: count them with the last */
+        else {
+            memset(&g[i], 0, sizeof g[i]);
+            snprintf(g[i].backend, sizeof g[i].backend, "%s", be);
+            snprintf(g[i].why, sizeof g[i].why, "%s", why);
+            snprintf(g[i].family, sizeof g[i].family, "%.*s", (int)strcspn(k->name, "."), k->name);
+            (*ng)++;
+        }
+    }
+    size_t fl = strlen(g[i].family);
+    if (strncmp(k->name, g[i].family, fl) != 0 || (k->name[fl] != '.' && k->name[fl])) g[i].family[0] = 0;
+    if (control) g[i].controls++;
+    else g[i].kernels++;
 }
 
 int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary *summary) {
@@ -135,14 +170,37 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
             (unsigned long long)ctx.seed, dr_pool_threads(ctx.pool));
     if (ng) fprintf(out, "format fixtures: %s/ref/quant-units.safetensors\n", golden);
     else fprintf(out, "format fixtures: golden data not found (--golden DIR or $DRAMA_GOLDEN): format.* not run\n");
-    fprintf(out, "tolerance rules and fixtures: docs/contract.md\n\n");
+    fprintf(out, "tolerance rules and fixtures: docs/contract.md\n");
+    if (ct_cuda_build_note()) fprintf(out, "%s\n", ct_cuda_build_note());
+    static unsigned char skip_k[CT_MAX], skip_c[CT_MAX];
+    ct_skip_group groups[8];
+    int ngroups = 0, nskipped = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const ct_kernel *list = pass ? controls : kernels;
+        unsigned char *skip = pass ? skip_c : skip_k;
+        for (int i = 0; i < (pass ? nc : nk); i++) {
+            char why[200];
+            skip[i] = selected(o, &list[i]) && list[i].unavailable && list[i].unavailable(why, sizeof why);
+            if (skip[i]) {
+                skip_note(groups, &ngroups, &list[i], why, pass);
+                nskipped++;
+            }
+        }
+    }
+    for (int i = 0; i < ngroups; i++)
+        fprintf(out, "NOT RUN  %s%s %s: %s (%d kernels, %d controls left out of the summary)\n",
+                groups[i].family[0] ? groups[i].family : "*", groups[i].family[0] ? ".*" : "", groups[i].backend,
+                groups[i].why, groups[i].kernels, groups[i].controls);
+    fprintf(out, "\n");
     for (int i = 0; i < nk; i++) {
         const ct_kernel *k = &kernels[i];
-        if (!selected(o, k->name)) continue;
+        if (!selected(o, k)) continue;
         if (o->list) {
-            fprintf(out, "kernel  %-24s %-13s %s\n", k->name, k->backend, k->precision);
+            fprintf(out, "kernel  %-24s %-13s %s%s\n", k->name, k->backend, k->precision,
+                    skip_k[i] ? " [not run here]" : "");
             continue;
         }
+        if (skip_k[i]) continue;
         ct_result r = {0};
         k->check(k, &ctx, &r);
         int pass = r.cases > 0 && r.failed_cases == 0 && (!r.discr_checked || r.discriminating);
@@ -169,11 +227,13 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
     }
     for (int i = 0; i < nc; i++) {
         const ct_kernel *k = &controls[i];
-        if (!selected(o, k->name)) continue;
+        if (!selected(o, k)) continue;
         if (o->list) {
-            fprintf(out, "control %-24s %-13s %s\n", k->name, k->backend, k->control_desc);
+            fprintf(out, "control %-24s %-13s %s%s\n", k->name, k->backend, k->control_desc,
+                    skip_c[i] ? " [not run here]" : "");
             continue;
         }
+        if (skip_c[i]) continue;
         ct_result r = {0};
         k->check(k, &ctx, &r);
         int red = r.failed_cases > 0;
@@ -189,6 +249,10 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
     if (!o->list)
         fprintf(out, "SUMMARY %d kernels: %d pass, %d fail; %d controls: %d red as planted, %d missed\n", s.kernels,
                 s.pass, s.fail, s.controls, s.red, s.missed);
+    if (!o->list && s.kernels == 0 && s.controls == 0 && nskipped > 0) {
+        s.not_run = nskipped;
+        snprintf(s.not_run_why, sizeof s.not_run_why, "%s", groups[0].why);
+    }
     if (summary) *summary = s;
     return (s.fail == 0 && s.missed == 0) ? 0 : 1;
 }

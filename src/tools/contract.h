@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 typedef struct dr_contract_options {
-    const char *only;   /* glob (fnmatch) or substring over kernel names; NULL = all */
+    const char *only;   /* glob (fnmatch) or substring over "<name>" or "<backend>/<name>"; NULL = all */
     int no_limits;      /* skip the timing runs */
     int threads;        /* worker threads for kernels that take a pool (0 = 2) */
     uint64_t seed;      /* fixture seed (0 = the fixed default) */
@@ -23,6 +23,8 @@ typedef struct dr_contract_options {
 typedef struct dr_contract_summary {
     int kernels, pass, fail;
     int controls, red, missed;
+    int not_run;           /* set only when every selected entry was unavailable (e.g. no CUDA device) */
+    char not_run_why[200]; /* and why */
 } dr_contract_summary;
 
 /* Runs the contract and prints to `out`. Returns 0 when green, 1 otherwise. */

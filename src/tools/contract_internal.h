@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/pool.h"
+#include "num/weight.h"
 
 #define CT_U32 0x1p-24 /* unit roundoff of fp32 */
 
@@ -43,6 +44,9 @@ struct ct_kernel {
     int control;           /* 0: a real kernel; otherwise the id of a planted defect */
     const char *control_desc;
     const char *data;      /* fixture file, for kernels checked against stored golden data */
+    /* NULL, or: returns NULL when the entry can run here, else writes why not into `why` (e.g. "no
+     * CUDA device (...)") and returns it; such entries are reported NOT RUN and left out of N. */
+    const char *(*unavailable)(char *why, size_t why_size);
 };
 
 /* Registries: each fills up to `max` entries and returns how many. */
@@ -59,9 +63,39 @@ int ct_model_controls(ct_kernel *out, int max);
 /* CUDA kernels (src/backend/cuda), registered when the backend is built: contract_cuda.c */
 int ct_cuda_kernels(ct_kernel *out, int max);
 int ct_cuda_controls(ct_kernel *out, int max);
+/* NULL when the CUDA backend is built in, else a line saying that it is not (for --list). */
+const char *ct_cuda_build_note(void);
 /* Format fixtures from ref/quant-units.safetensors under golden_dir (none when it is absent). */
 int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir);
 int ct_golden_controls(ct_kernel *out, int max, const char *golden_dir);
+
+/* ---- matmul fixtures, weights and float64 reference, shared by the CPU and CUDA entries
+ * (contract_matmul.c) ---- */
+enum { CT_F_F32, CT_F_F16, CT_F_BF16, CT_F_FP8B, CT_F_FP8T, CT_F_NVFP4, CT_F_AFF4, CT_F_AFF8, CT_F_AFF4_G32,
+       CT_F_AFF4_G128, CT_F_AFF8_G128, CT_F_COUNT };
+extern const char *const ct_matmul_names[CT_F_COUNT]; /* "matmul.f32", ... */
+enum { CT_K_RANDOM, CT_K_RANGE, CT_K_CANCEL, CT_K_LIMITS, CT_K_NONFINITE, CT_K_DISCR, CT_K_KINDS };
+extern const char *const ct_matmul_kinds[CT_K_KINDS]; /* "random", ... */
+/* A weight built from fp32 values with the project's encoders; owns its bytes. */
+typedef struct ct_w {
+    dr_weight w;
+    uint8_t *bytes[3];
+} ct_w;
+int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t cols); /* 0 or -1 */
+void ct_w_free(ct_w *t);
+int64_t ct_matmul_granule(int f); /* input width granule: NVFP4 block, affine group, else 1 */
+/* Fixture values of one kind for format f: w [rows][cols], x [n][cols]. */
+void ct_matmul_fill(int kind, int f, uint64_t *s, float *w, int64_t rows, int64_t cols, float *x, int64_t n);
+/* y = x W^T in float64 from the stored bytes; tol = (K + chain) u sum_k |x_k| m_k + 2^-140 (chain: the
+ * extra roundings of the kernel beyond K, see docs/contract.md); alt (may be NULL) = fp16-accumulated. */
+void ct_matmul_reference(const dr_weight *w, const float *x, int64_t n, int chain, double *ref, double *tol,
+                         float *alt);
+/* Runs the product under test into y[n][rows] (poisoned by the caller); 0, or -1 with msg set. */
+typedef int (*ct_matmul_run_fn)(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n,
+                                float *y, void *arg, char *msg, size_t msg_size);
+/* Every matmul fixture (ragged shapes x kinds, and the fp16-discriminating one) through `run`. Returns
+ * the number of cases whose run reported an error. */
+int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, ct_matmul_run_fn run, void *arg);
 
 /* ---- helpers (contract.c) ---- */
 uint64_t ct_rand_u64(uint64_t *s);

@@ -13,42 +13,35 @@
 #include "tools/contract_internal.h"
 
 /* affine4 / affine8 use groups 64 / 32 (MLX defaults); the _g entries cover the other group sizes */
-enum { F_F32, F_F16, F_BF16, F_FP8B, F_FP8T, F_NVFP4, F_AFF4, F_AFF8, F_AFF4_G32, F_AFF4_G128, F_AFF8_G128,
-       F_COUNT };
-static const char *const k_names[F_COUNT] = {"matmul.f32",         "matmul.f16",          "matmul.bf16",
-                                             "matmul.fp8_block",   "matmul.fp8_tensor",   "matmul.nvfp4",
-                                             "matmul.affine4",     "matmul.affine8",      "matmul.affine4_g32",
-                                             "matmul.affine4_g128", "matmul.affine8_g128"};
+const char *const ct_matmul_names[CT_F_COUNT] = {"matmul.f32",         "matmul.f16",          "matmul.bf16",
+                                                 "matmul.fp8_block",   "matmul.fp8_tensor",   "matmul.nvfp4",
+                                                 "matmul.affine4",     "matmul.affine8",      "matmul.affine4_g32",
+                                                 "matmul.affine4_g128", "matmul.affine8_g128"};
 
 enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL, C_GROUP_OFF_BY_ONE };
 
 /* ---- weights built from an fp32 source with the encoders; own their bytes ---- */
 
-typedef struct ct_w {
-    dr_weight w;
-    uint8_t *bytes[3];
-} ct_w;
-
-static void ct_w_free(ct_w *t) {
+void ct_w_free(ct_w *t) {
     for (int i = 0; i < 3; i++) free(t->bytes[i]);
     memset(t, 0, sizeof *t);
 }
 
 /* Input width granule of a format (NVFP4 blocks, affine groups). */
-static int64_t granule(int f) {
+int64_t ct_matmul_granule(int f) {
     switch (f) {
-    case F_NVFP4: return 16;
-    case F_AFF4: return 64;
-    case F_AFF8:
-    case F_AFF4_G32: return 32;
-    case F_AFF4_G128:
-    case F_AFF8_G128: return 128;
+    case CT_F_NVFP4: return 16;
+    case CT_F_AFF4: return 64;
+    case CT_F_AFF8:
+    case CT_F_AFF4_G32: return 32;
+    case CT_F_AFF4_G128:
+    case CT_F_AFF8_G128: return 128;
     default: return 1;
     }
 }
-static int affine_bits(int f) { return f == F_AFF4 || f == F_AFF4_G32 || f == F_AFF4_G128 ? 4 : 8; }
+static int affine_bits(int f) { return f == CT_F_AFF4 || f == CT_F_AFF4_G32 || f == CT_F_AFF4_G128 ? 4 : 8; }
 
-static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t cols) {
+int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t cols) {
     memset(t, 0, sizeof *t);
     int64_t n = rows * cols;
     drama_error err = {0};
@@ -57,23 +50,23 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
     dr_tensor t2 = {.name = "contract.weight_scale_2", .dtype = DR_DT_F32, .ndim = 0, .nbytes = 4};
     const dr_tensor *ps = NULL, *p2 = NULL, *pb = NULL;
     switch (f) {
-    case F_F32:
+    case CT_F_F32:
         t->bytes[0] = malloc((size_t)n * 4);
         memcpy(t->bytes[0], src, (size_t)n * 4);
         tw.dtype = DR_DT_F32;
         tw.nbytes = (size_t)n * 4;
         break;
-    case F_F16:
-    case F_BF16:
+    case CT_F_F16:
+    case CT_F_BF16:
         t->bytes[0] = malloc((size_t)n * 2);
         for (int64_t i = 0; i < n; i++) {
-            uint16_t h = f == F_BF16 ? dr_f32_to_bf16(src[i]) : dr_f32_to_f16(src[i]);
+            uint16_t h = f == CT_F_BF16 ? dr_f32_to_bf16(src[i]) : dr_f32_to_f16(src[i]);
             memcpy(t->bytes[0] + 2 * i, &h, 2);
         }
-        tw.dtype = f == F_BF16 ? DR_DT_BF16 : DR_DT_F16;
+        tw.dtype = f == CT_F_BF16 ? DR_DT_BF16 : DR_DT_F16;
         tw.nbytes = (size_t)n * 2;
         break;
-    case F_FP8B: {
+    case CT_F_FP8B: {
         int64_t sr = (rows + 127) / 128, sc = (cols + 127) / 128;
         t->bytes[0] = malloc((size_t)n);
         t->bytes[1] = malloc((size_t)(sr * sc) * 4);
@@ -87,7 +80,7 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
         ps = &ts;
         break;
     }
-    case F_FP8T: {
+    case CT_F_FP8T: {
         float gs = dr_quant_amax(src, n) / 448.0f;
         if (!(gs > 0)) gs = 1;
         t->bytes[0] = malloc((size_t)n);
@@ -100,7 +93,7 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
         ps = &t2;
         break;
     }
-    case F_NVFP4: {
+    case CT_F_NVFP4: {
         float gs = dr_quant_nvfp4_global_scale(dr_quant_amax(src, n));
         t->bytes[0] = malloc((size_t)n / 2);
         t->bytes[1] = malloc((size_t)n / 16);
@@ -118,12 +111,12 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
         p2 = &t2;
         break;
     }
-    case F_AFF4:
-    case F_AFF8:
-    case F_AFF4_G32:
-    case F_AFF4_G128:
-    case F_AFF8_G128: {
-        int bits = affine_bits(f), g = (int)granule(f);
+    case CT_F_AFF4:
+    case CT_F_AFF8:
+    case CT_F_AFF4_G32:
+    case CT_F_AFF4_G128:
+    case CT_F_AFF8_G128: {
+        int bits = affine_bits(f), g = (int)ct_matmul_granule(f);
         int64_t sc = cols / g;
         t->bytes[0] = malloc((size_t)n * (size_t)bits / 8);
         t->bytes[1] = malloc((size_t)(rows * sc) * 2);
@@ -146,7 +139,7 @@ static int ct_w_make(ct_w *t, int f, const float *src, int64_t rows, int64_t col
     }
     tw.data = t->bytes[0];
     ts.data = t->bytes[1];
-    t2.data = f == F_FP8T ? t->bytes[1] : t->bytes[2];
+    t2.data = f == CT_F_FP8T ? t->bytes[1] : t->bytes[2];
     return dr_weight_bind_ex(&tw, ps, p2, pb, -1, 0, 0, cols, &t->w, &err) == DRAMA_OK ? 0 : -1;
 }
 
@@ -227,8 +220,9 @@ static double ref_w(const dr_weight *w, int64_t r, int64_t c, double *mag) {
     return v;
 }
 
-/* y_ref = x W^T in float64; tol = (K + 4) u sum_k |x_k| mag_k + 2^-140; alt = fp16-accumulated */
-static void reference(const dr_weight *w, const float *x, int64_t n, double *ref, double *tol, float *alt) {
+/* y_ref = x W^T in float64; tol = (K + chain) u sum_k |x_k| mag_k + 2^-140; alt = fp16-accumulated */
+void ct_matmul_reference(const dr_weight *w, const float *x, int64_t n, int chain, double *ref, double *tol,
+                         float *alt) {
     int64_t K = w->cols;
     double *wr = malloc((size_t)K * sizeof *wr), *wm = malloc((size_t)K * sizeof *wm);
     for (int64_t r = 0; r < w->rows; r++) {
@@ -243,7 +237,7 @@ static void reference(const dr_weight *w, const float *x, int64_t n, double *ref
                 h = ct_h(h + xi[k] * (float)wr[k]);
             }
             ref[i * w->rows + r] = s;
-            tol[i * w->rows + r] = (double)(K + 4) * CT_U32 * m + 0x1p-140;
+            tol[i * w->rows + r] = (double)(K + chain) * CT_U32 * m + 0x1p-140;
             if (alt) alt[i * w->rows + r] = h;
         }
     }
@@ -308,88 +302,102 @@ static void run_kernel(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, cons
         dr_cpu_matmul_path(w, 0, w->rows, x, n, y, ctx->pool, (dr_cpu_path)(k->variant >> 8));
 }
 
+static int run_cpu(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n, float *y,
+                   void *arg, char *msg, size_t msg_size) {
+    (void)arg, (void)msg, (void)msg_size;
+    run_kernel(k, ctx, w, x, n, y);
+    return 0;
+}
+
 /* ---- fixtures ---- */
 
-enum { K_RANDOM, K_RANGE, K_CANCEL, K_LIMITS, K_NONFINITE, K_DISCR, K_KINDS };
-static const char *const k_kind[K_KINDS] = {"random", "dynamic-range", "cancellation", "format-limits",
+const char *const ct_matmul_kinds[CT_K_KINDS] = {"random", "dynamic-range", "cancellation", "format-limits",
                                             "nan-inf", "fp16-discriminating"};
 
 static float limit_value(int f) { /* the largest magnitude the format stores exactly */
     switch (f) {
-    case F_F16: return 65504.0f;
-    case F_BF16: return 0x1.FEp127f;
-    case F_F32: return 0x1.FFFFFEp127f;
+    case CT_F_F16: return 65504.0f;
+    case CT_F_BF16: return 0x1.FEp127f;
+    case CT_F_F32: return 0x1.FFFFFEp127f;
     default: return 448.0f;
     }
 }
 
-static void fill(int kind, int f, uint64_t *s, float *w, int64_t rows, int64_t cols, float *x, int64_t n) {
+void ct_matmul_fill(int kind, int f, uint64_t *s, float *w, int64_t rows, int64_t cols, float *x, int64_t n) {
     for (int64_t i = 0; i < rows * cols; i++) {
         double v = ct_rand_normal(s);
         switch (kind) {
-        case K_RANGE: /* 2^-20 .. 2^20 (F16: 2^-12 .. 2^12, inside its range) */
-            v *= f == F_F16 ? ldexp(1.0, (int)(ct_rand_u64(s) % 25) - 12) : ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
+        case CT_K_RANGE: /* 2^-20 .. 2^20 (F16: 2^-12 .. 2^12, inside its range) */
+            v *= f == CT_F_F16 ? ldexp(1.0, (int)(ct_rand_u64(s) % 25) - 12) : ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
             break;
-        case K_CANCEL: /* pairs w, -w (1 + 2^-10): sums cancel to a few ulps of the terms */
+        case CT_K_CANCEL: /* pairs w, -w (1 + 2^-10): sums cancel to a few ulps of the terms */
             if (i % 2) {
                 float prev = w[i - 1];
                 v = -(double)prev * (1.0 + 0x1p-10);
             }
             break;
-        case K_LIMITS: /* values at the format's largest magnitude and tiny ones in the same rows */
+        case CT_K_LIMITS: /* values at the format's largest magnitude and tiny ones in the same rows */
             v = (i % 3 == 0) ? (v < 0 ? -1.0 : 1.0) * limit_value(f) : v * 1e-3;
             break;
-        case K_DISCR: v = 0.5 + 0.5 * ct_rand_uniform(s); break;
+        case CT_K_DISCR: v = 0.5 + 0.5 * ct_rand_uniform(s); break;
         default: break;
         }
         w[i] = (float)v;
     }
     for (int64_t i = 0; i < n * cols; i++) {
         double v = ct_rand_normal(s);
-        if (kind == K_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
-        if (kind == K_CANCEL) v = (i % 2) ? x[i - 1] : v;
-        if (kind == K_LIMITS) v = ldexp(v, f == F_F32 || f == F_BF16 ? -100 : -8) / (double)cols;
-        if (kind == K_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
+        if (kind == CT_K_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
+        if (kind == CT_K_CANCEL) v = (i % 2) ? x[i - 1] : v;
+        if (kind == CT_K_LIMITS) v = ldexp(v, f == CT_F_F32 || f == CT_F_BF16 ? -100 : -8) / (double)cols;
+        if (kind == CT_K_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
         x[i] = (float)v;
     }
-    if (kind == K_NONFINITE && n >= 2) {
+    if (kind == CT_K_NONFINITE && n >= 2) {
         x[cols / 2] = NAN;               /* row 0: NaN */
         x[cols + cols - 1] = INFINITY;   /* row 1: +inf in the last (ragged) column */
     }
 }
 
-static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    int f = k->variant & 0xFF;
-    int64_t g = granule(f);
+int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, ct_matmul_run_fn run, void *arg) {
+    int f = k->variant & 0xFF, errors = 0;
+    int64_t g = ct_matmul_granule(f);
     /* ragged shapes: rows and columns that are not multiples of 8, 32 or 128 (within the granule) */
     const int64_t shapes[][3] = {{3, 7, 2}, {37, 101, 3}, {130, 200, 2}, {1, 33, 2}, {129, 300, 1}};
     uint64_t seed = ctx->seed ^ (uint64_t)(k->variant * 7919 + 17);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        for (int kind = 0; kind < K_KINDS; kind++) {
+        for (int kind = 0; kind < CT_K_KINDS; kind++) {
             int64_t rows = shapes[si][0], cols = (shapes[si][1] + g - 1) / g * g, n = shapes[si][2];
-            if (kind == K_DISCR) {
+            if (kind == CT_K_DISCR) {
                 if (si > 0) continue;
                 rows = 8, cols = g == 1 ? 4100 : 4096, n = 2; /* long positive sums */
             }
-            if (kind == K_NONFINITE) n = 2;
+            if (kind == CT_K_NONFINITE) n = 2;
             float *wsrc = malloc((size_t)(rows * cols) * sizeof *wsrc), *x = malloc((size_t)(n * cols) * sizeof *x);
             float *y = malloc((size_t)(n * rows) * sizeof *y), *alt = malloc((size_t)(n * rows) * sizeof *alt);
             double *ref = malloc((size_t)(n * rows) * sizeof *ref), *tol = malloc((size_t)(n * rows) * sizeof *tol);
-            fill(kind, f, &seed, wsrc, rows, cols, x, n);
+            ct_matmul_fill(kind, f, &seed, wsrc, rows, cols, x, n);
             ct_w t;
             char name[96];
-            snprintf(name, sizeof name, "%s [%lld,%lld] n=%lld", k_kind[kind], (long long)rows, (long long)cols,
+            snprintf(name, sizeof name, "%s [%lld,%lld] n=%lld", ct_matmul_kinds[kind], (long long)rows, (long long)cols,
                      (long long)n);
             if (ct_w_make(&t, f, wsrc, rows, cols) != 0) {
                 res->cases++;
                 res->failed_cases++;
                 snprintf(res->first_failure, sizeof res->first_failure, "%s: could not build the weight", name);
             } else {
-                reference(&t.w, x, n, ref, tol, alt);
+                ct_matmul_reference(&t.w, x, n, chain, ref, tol, alt);
                 ct_poison(y, n * rows);
-                run_kernel(k, ctx, &t.w, x, n, y);
-                ct_compare(res, name, y, ref, tol, n * rows);
-                if (kind == K_DISCR) ct_discriminate(res, name, alt, ref, tol, n * rows);
+                char msg[200] = "";
+                if (run(k, ctx, &t.w, x, n, y, arg, msg, sizeof msg) != 0) {
+                    errors++;
+                    res->cases++;
+                    res->failed_cases++;
+                    if (!res->first_failure[0])
+                        snprintf(res->first_failure, sizeof res->first_failure, "%s: %s", name, msg);
+                } else {
+                    ct_compare(res, name, y, ref, tol, n * rows);
+                    if (kind == CT_K_DISCR) ct_discriminate(res, name, alt, ref, tol, n * rows);
+                }
             }
             ct_w_free(&t);
             free(wsrc);
@@ -400,7 +408,11 @@ static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             free(tol);
         }
     }
+    return errors;
 }
+
+/* CPU chain: K products and additions plus the exact-dequant roundings (affine: in m_k) */
+static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) { ct_matmul_cases(k, ctx, res, 4, run_cpu, NULL); }
 
 static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
     int f = k->variant & 0xFF;
@@ -434,8 +446,8 @@ int ct_matmul_kernels(ct_kernel *out, int max) {
     const dr_cpu_path paths[2] = {DR_CPU_AVX2, DR_CPU_PORTABLE};
     for (int p = 0; p < 2; p++) {
         if (paths[p] == DR_CPU_AVX2 && dr_cpu_best_path() != DR_CPU_AVX2) continue;
-        for (int f = 0; f < F_COUNT && n < max; f++) {
-            out[n] = (ct_kernel){.name = k_names[f],
+        for (int f = 0; f < CT_F_COUNT && n < max; f++) {
+            out[n] = (ct_kernel){.name = ct_matmul_names[f],
                                  .backend = paths[p] == DR_CPU_AVX2 ? "cpu/avx2" : "cpu/portable",
                                  .precision = k_precision,
                                  .check = check,
@@ -451,16 +463,16 @@ int ct_matmul_kernels(ct_kernel *out, int max) {
 
 int ct_matmul_controls(ct_kernel *out, int max) {
     const struct { int f, control; const char *desc; } c[] = {
-        {F_FP8B, C_SCALE_OFF_BY_ONE, "block scale of the next block column"},
-        {F_NVFP4, C_NIBBLE_SWAP, "E2M1 nibbles read high-first"},
-        {F_BF16, C_FP16_ACCUM, "fp16 accumulation"},
-        {F_F32, C_DROP_TAIL, "drops the last K % 32 columns"},
-        {F_AFF4, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
-        {F_AFF8, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {CT_F_FP8B, C_SCALE_OFF_BY_ONE, "block scale of the next block column"},
+        {CT_F_NVFP4, C_NIBBLE_SWAP, "E2M1 nibbles read high-first"},
+        {CT_F_BF16, C_FP16_ACCUM, "fp16 accumulation"},
+        {CT_F_F32, C_DROP_TAIL, "drops the last K % 32 columns"},
+        {CT_F_AFF4, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {CT_F_AFF8, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
-        out[n] = (ct_kernel){.name = k_names[c[i].f], .backend = "cpu/control", .precision = k_precision,
+        out[n] = (ct_kernel){.name = ct_matmul_names[c[i].f], .backend = "cpu/control", .precision = k_precision,
                              .check = check, .variant = c[i].f | (DR_CPU_PORTABLE << 8), .control = c[i].control,
                              .control_desc = c[i].desc};
     return n;

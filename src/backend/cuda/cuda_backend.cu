@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_internal.h"
 
 static const char *wname(const dr_weight *w) { return (w && w->name) ? w->name : "(unnamed weight)"; }
@@ -291,16 +292,17 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     return DRAMA_OK;
 }
 
-static drama_status flush(dr_cuda *c, int fmt, mv_batch *b, drama_error *err) {
+static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_error *err) {
     if (b->count == 0) return DRAMA_OK;
     cudaError_t e = cudaSuccess;
-    if (b->max_rows > 0 && b->max_n > 0) e = dr_cuda_launch_matvec(fmt, b, c->stream);
+    if (b->max_rows > 0 && b->max_n > 0)
+        e = defect ? dr_cuda_launch_matvec_defect(fmt, defect, b, c->stream) : dr_cuda_launch_matvec(fmt, b, c->stream);
     b->count = 0;
     b->max_rows = b->max_n = 0;
     return e == cudaSuccess ? DRAMA_OK : cuda_fail(err, e, "matvec launch");
 }
 
-extern "C" drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err) {
+static drama_status batch(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect, drama_error *err) {
     if (!c || (count > 0 && !jobs)) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_matmul_batch: NULL argument");
     if (count < 0) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_matmul_batch: negative count %d", count);
     for (int i = 0; i < count; i++) { /* check everything before queueing anything */
@@ -322,12 +324,23 @@ extern "C" drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs
             make_job(&jobs[i], i, j, err);
             if (j->r1 - j->r0 > bp->max_rows) bp->max_rows = j->r1 - j->r0;
             if (j->n > bp->max_n) bp->max_n = j->n;
-            if (++bp->count == DR_CUDA_MAX_BATCH) st = flush(c, fmt, bp, err);
+            if (++bp->count == DR_CUDA_MAX_BATCH) st = flush(c, fmt, defect, bp, err);
         }
-        if (!st) st = flush(c, fmt, bp, err);
+        if (!st) st = flush(c, fmt, defect, bp, err);
     }
     free(bp);
     return st;
+}
+
+extern "C" drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err) {
+    return batch(c, jobs, count, DR_CUDA_DEFECT_NONE, err);
+}
+
+extern "C" drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect,
+                                                    drama_error *err) {
+    if (defect < 0 || defect >= DR_CUDA_DEFECT_COUNT)
+        return dr_fail(err, DRAMA_EINVAL, "dr_cuda_matmul_batch_defect: unknown defect %d", defect);
+    return batch(c, jobs, count, defect, err);
 }
 
 extern "C" drama_status dr_cuda_matmul_rows(dr_cuda *c, const dr_cuda_weight *w, int64_t r0, int64_t r1,

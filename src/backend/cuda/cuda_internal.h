@@ -58,5 +58,8 @@ struct mv_batch {
 
 /* Launches one kernel for all jobs of b (same fmt). Returns the launch error. */
 cudaError_t dr_cuda_launch_matvec(int fmt, const mv_batch *b, cudaStream_t stream);
+/* The same with a planted defect (cuda_contract.h; matvec_defect.cu); cudaErrorInvalidValue for a
+ * defect not compiled for fmt. */
+cudaError_t dr_cuda_launch_matvec_defect(int fmt, int defect, const mv_batch *b, cudaStream_t stream);
 
 #endif

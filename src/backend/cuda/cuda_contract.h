@@ -1,0 +1,36 @@
+/* cuda_contract.h - INTERNAL entry for `drama contract` only (src/tools/contract_cuda.c): the matvec
+ * kernel compiled with a planted defect, so the contract can prove on the device that its fixtures
+ * catch such faults. Not part of the public API; production launches always use DEFECT = 0
+ * (a template parameter: the real kernel carries no trace of these branches). */
+#ifndef DRAMA_BACKEND_CUDA_CONTRACT_H
+#define DRAMA_BACKEND_CUDA_CONTRACT_H
+
+#include "backend/cuda/cuda_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dr_cuda_defect {
+    DR_CUDA_DEFECT_NONE = 0,
+    DR_CUDA_DEFECT_NEXT_BLOCK_SCALE, /* FP8 block: the scale of the next block column */
+    DR_CUDA_DEFECT_NIBBLE_HIGH_FIRST, /* NVFP4: E2M1 nibbles read high-first */
+    DR_CUDA_DEFECT_FP16_ACCUM,        /* BF16: every accumulation step rounded to fp16 */
+    DR_CUDA_DEFECT_DROP_TAIL_CHUNK,   /* F32: the ragged last 16-byte chunk of a row is skipped */
+    DR_CUDA_DEFECT_PREV_GROUP,        /* affine 4/8-bit: group g+1 uses the scale and bias of group g */
+    DR_CUDA_DEFECT_SHUFFLE_LEVEL,     /* F16: the shuffle tree stops one level early (odd lanes lost) */
+    DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
+    DR_CUDA_DEFECT_COUNT
+} dr_cuda_defect;
+
+/* dr_cuda_matmul_batch with the kernel variant carrying `defect` (DR_CUDA_DEFECT_NONE = the real
+ * kernel). A defect is compiled only for the format named beside it; another format fails (the
+ * launch error, "invalid argument"). */
+drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect,
+                                         drama_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

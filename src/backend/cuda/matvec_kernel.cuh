@@ -1,0 +1,256 @@
+/* matvec_kernel.cuh - the matvec kernel templates (design: matvec.cu), shared by matvec.cu (the
+ * production instantiations, DEFECT = 0) and matvec_defect.cu (planted defects for `drama
+ * contract`, cuda_contract.h). DEFECT is a template parameter, so with DEFECT = 0 every planted
+ * branch is a compile-time constant false and the production kernel is unchanged. */
+#ifndef DRAMA_BACKEND_CUDA_MATVEC_KERNEL_CUH
+#define DRAMA_BACKEND_CUDA_MATVEC_KERNEL_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_contract.h"
+#include "backend/cuda/cuda_internal.h"
+
+#define WARPS_PER_BLOCK 4
+#define UNROLL 4
+
+template <int FMT> struct fmt_traits;
+template <> struct fmt_traits<MV_F32> { enum { EPC = 4 }; };
+template <> struct fmt_traits<MV_F16> { enum { EPC = 8 }; };
+template <> struct fmt_traits<MV_BF16> { enum { EPC = 8 }; };
+template <> struct fmt_traits<MV_FP8_BLOCK> { enum { EPC = 16 }; };
+template <> struct fmt_traits<MV_FP8_TENSOR> { enum { EPC = 16 }; };
+template <> struct fmt_traits<MV_NVFP4> { enum { EPC = 32 }; };
+template <> struct fmt_traits<MV_AFF4> { enum { EPC = 32 }; };
+template <> struct fmt_traits<MV_AFF8> { enum { EPC = 16 }; };
+
+/* 16 bytes through the read-only, no-L1-allocate path: W is streamed once per product. */
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float load_scale(const uint8_t *base, int dt, int64_t i) {
+    if (dt == MV_S_F32) return __ldg((const float *)base + i);
+    unsigned short h = __ldg((const unsigned short *)base + i);
+    if (dt == MV_S_BF16) return __uint_as_float((unsigned)h << 16);
+    return __half2float(__ushort_as_half(h));
+}
+
+/* Two E4M3 codes (low byte first) to floats; exact (every E4M3 value is an fp16), NaN kept. */
+__device__ __forceinline__ float2 e4m3x2(unsigned short pair) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+}
+
+__device__ __forceinline__ float e4m3(unsigned char code) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, __NV_E4M3);
+    return __half2float(*reinterpret_cast<__half *>(&h));
+}
+
+/* E2M1 code (4 bits) to float, exact: sign to bit 15, exponent+mantissa to bits 9..11 of an
+ * fp16 (bias 15 instead of 1, so the value is 2^-14 times too small; subnormal codes land on fp16
+ * subnormals with the same factor), then times 2^14. */
+__device__ __forceinline__ float e2m1(unsigned code) {
+    unsigned short h = (unsigned short)(((code & 8u) << 12) | ((code & 7u) << 9));
+    return __half2float(__ushort_as_half(h)) * 16384.0f;
+}
+
+/* Dequantises chunk ch (elements c0 .. c0+EPC-1 of row `row`) into w. TAIL: only the first `lim`
+ * elements exist; the rest are set to 0 without touching their scales. */
+/* Accumulation step of a planted fp16-accumulating variant (DEFECT only; identity otherwise). */
+template <int DEFECT> __device__ __forceinline__ float keep(float a) {
+    if constexpr (DEFECT == DR_CUDA_DEFECT_FP16_ACCUM) return __half2float(__float2half_rn(a));
+    else return a;
+}
+
+template <int FMT, bool TAIL, int DEFECT>
+__device__ __forceinline__ void decode(const mv_job &J, int64_t row, int64_t c0, uint4 v, int lim,
+                                       float (&w)[fmt_traits<FMT>::EPC]) {
+    constexpr int EPC = fmt_traits<FMT>::EPC;
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (FMT == MV_F32) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) w[e] = __uint_as_float(u[e]);
+    } else if constexpr (FMT == MV_BF16) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[2 * k] = __uint_as_float(u[k] << 16);
+            w[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+        }
+    } else if constexpr (FMT == MV_F16) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[2 * k] = __half2float(__ushort_as_half((unsigned short)(u[k] & 0xFFFFu)));
+            w[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(u[k] >> 16)));
+        }
+    } else if constexpr (FMT == MV_FP8_TENSOR) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = e4m3x2((unsigned short)(u[k] & 0xFFFFu)), b = e4m3x2((unsigned short)(u[k] >> 16));
+            w[4 * k] = a.x * J.global_scale;
+            w[4 * k + 1] = a.y * J.global_scale;
+            w[4 * k + 2] = b.x * J.global_scale;
+            w[4 * k + 3] = b.y * J.global_scale;
+        }
+    } else if constexpr (FMT == MV_FP8_BLOCK) {
+        const int64_t sbase = (row / J.block_rows) * J.scale_cols;
+        const int64_t blk0 = c0 / J.block_cols;
+        const int64_t bnext = DEFECT == DR_CUDA_DEFECT_NEXT_BLOCK_SCALE; /* planted: next block's scale */
+        float q[16];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = e4m3x2((unsigned short)(u[k] & 0xFFFFu)), b = e4m3x2((unsigned short)(u[k] >> 16));
+            q[4 * k] = a.x, q[4 * k + 1] = a.y, q[4 * k + 2] = b.x, q[4 * k + 3] = b.y;
+        }
+        if ((blk0 + 1) * J.block_cols >= c0 + lim) { /* the chunk lies in one scale block */
+            float s = load_scale(J.scales, J.scale_dt, sbase + (blk0 + bnext) % J.scale_cols);
+#pragma unroll
+            for (int e = 0; e < 16; e++) w[e] = q[e] * s;
+        } else { /* block_cols not a multiple of 16: a boundary inside the chunk */
+#pragma unroll
+            for (int e = 0; e < 16; e++)
+                w[e] = (e < lim) ? q[e] * load_scale(J.scales, J.scale_dt,
+                                                     sbase + ((c0 + e) / J.block_cols + bnext) % J.scale_cols)
+                                 : 0.0f;
+        }
+    } else if constexpr (FMT == MV_NVFP4) {
+        const unsigned char *srow = J.scales + row * J.scale_cols;
+        const int64_t s0 = c0 / 16;
+        float sa = e4m3((unsigned char)(__ldg(srow + s0) & 0x7F));
+        float sb = (!TAIL || lim > 16) ? e4m3((unsigned char)(__ldg(srow + s0 + 1) & 0x7F)) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                int e = 8 * k + b;
+                const int nib = DEFECT == DR_CUDA_DEFECT_NIBBLE_HIGH_FIRST ? (b ^ 1) : b; /* planted: high first */
+                float v0 = e2m1((u[k] >> (4 * nib)) & 0xFu) * (e < 16 ? sa : sb);     /* exact */
+                w[e] = v0 * J.global_scale;
+            }
+        }
+    } else if constexpr (FMT == MV_AFF4 || FMT == MV_AFF8) {
+        constexpr int BITS = FMT == MV_AFF4 ? 4 : 8;
+        constexpr unsigned MASK = (1u << BITS) - 1u;
+        constexpr int PER_WORD = 32 / BITS;
+        int64_t g = c0 / J.group; /* the chunk lies in one group */
+        if (DEFECT == DR_CUDA_DEFECT_PREV_GROUP && g > 0) g--; /* planted: the previous group's scale */
+        const int64_t si = row * J.scale_cols + g;
+        float s = load_scale(J.scales, J.scale_dt, si);
+        float bias = load_scale(J.biases, J.scale_dt, si);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+#pragma unroll
+            for (int b = 0; b < PER_WORD; b++) {
+                float q = (float)((u[k] >> (BITS * b)) & MASK);
+                w[PER_WORD * k + b] = __fadd_rn(__fmul_rn(s, q), bias); /* two roundings, as the spec */
+            }
+        }
+    }
+    if constexpr (TAIL) {
+#pragma unroll
+        for (int e = 0; e < EPC; e++)
+            if (e >= lim) w[e] = 0.0f;
+    }
+}
+
+template <int FMT, int NT, bool TAIL, int DEFECT>
+__device__ __forceinline__ void chunk_dot(const mv_job &J, int64_t row, int64_t ch, uint4 v, int64_t t0, int nt,
+                                          float (&acc)[NT]) {
+    constexpr int EPC = fmt_traits<FMT>::EPC;
+    const int64_t c0 = ch * EPC;
+    const int lim = TAIL ? (int)(J.cols - c0) : EPC;
+    float w[EPC];
+    decode<FMT, TAIL, DEFECT>(J, row, c0, v, lim, w);
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (j < nt) {
+            const float *xr = J.x + (t0 + j) * J.cols + c0;
+            if (!TAIL && J.x_vec) {
+#pragma unroll
+                for (int e = 0; e < EPC; e += 4) {
+                    float4 xv = __ldg(reinterpret_cast<const float4 *>(xr + e));
+                    acc[j] = keep<DEFECT>(fmaf(w[e], xv.x, acc[j]));
+                    acc[j] = keep<DEFECT>(fmaf(w[e + 1], xv.y, acc[j]));
+                    acc[j] = keep<DEFECT>(fmaf(w[e + 2], xv.z, acc[j]));
+                    acc[j] = keep<DEFECT>(fmaf(w[e + 3], xv.w, acc[j]));
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPC; e++)
+                    if (e < lim) acc[j] = keep<DEFECT>(fmaf(w[e], __ldg(xr + e), acc[j]));
+            }
+        }
+    }
+}
+
+template <int FMT, int NT, int DEFECT>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __grid_constant__ mv_batch b) {
+    constexpr int EPC = fmt_traits<FMT>::EPC;
+    const mv_job &J = b.job[blockIdx.y];
+    const int lane = threadIdx.x & 31;
+    const int64_t row = J.r0 + (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= J.r1) return; /* whole warps leave together: the shuffles below stay full */
+    const uint8_t *wrow = J.data + row * J.pitch;
+    const int64_t nfull = J.cols / EPC;            /* chunks without a ragged end */
+    const int64_t nch = (J.cols + EPC - 1) / EPC;  /* all chunks */
+    const int64_t ystride = J.r1 - J.r0;
+
+    /* planted TILE_TAIL: the activation rows of a last partial tile are never computed */
+    const int64_t nrun = (DEFECT == DR_CUDA_DEFECT_TILE_TAIL && J.n > NT) ? J.n / NT * NT : J.n;
+    for (int64_t t0 = 0; t0 < nrun; t0 += NT) {
+        const int nt = (int)min((int64_t)NT, J.n - t0);
+        float acc[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[j] = 0.0f;
+        /* same chunk order per lane as a plain `for (ch = lane; ch < nch; ch += 32)` */
+        for (int64_t base = lane; base < nch; base += 32 * UNROLL) {
+            uint4 v[UNROLL];
+#pragma unroll
+            for (int k = 0; k < UNROLL; k++) {
+                int64_t ch = base + 32 * k;
+                if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
+            }
+#pragma unroll
+            for (int k = 0; k < UNROLL; k++) {
+                int64_t ch = base + 32 * k;
+                if (ch < nfull)
+                    chunk_dot<FMT, NT, false, DEFECT>(J, row, ch, v[k], t0, nt, acc);
+                else if (ch < nch && DEFECT != DR_CUDA_DEFECT_DROP_TAIL_CHUNK) /* planted: tail skipped */
+                    chunk_dot<FMT, NT, true, DEFECT>(J, row, ch, v[k], t0, nt, acc);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+#pragma unroll
+            for (int off = 16; off > (DEFECT == DR_CUDA_DEFECT_SHUFFLE_LEVEL ? 1 : 0); off >>= 1) /* planted */
+                acc[j] = keep<DEFECT>(acc[j] + __shfl_xor_sync(0xFFFFFFFFu, acc[j], off));
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                if (j < nt) J.y[(t0 + j) * ystride + (row - J.r0)] = acc[j];
+        }
+    }
+}
+
+/* Launches matvec_kernel<FMT, NT, DEFECT> for all jobs of b; NT from the largest n. */
+template <int FMT, int DEFECT>
+static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
+    dim3 block(WARPS_PER_BLOCK * 32);
+    dim3 grid((unsigned)((b->max_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)b->count);
+    int64_t n = b->max_n;
+    /* three tile widths keep compile time modest; a wider tile than n only masks rows */
+    if (n <= 1)
+        matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);
+    else if (n <= 4)
+        matvec_kernel<FMT, 4, DEFECT><<<grid, block, 0, stream>>>(*b);
+    else
+        matvec_kernel<FMT, 16, DEFECT><<<grid, block, 0, stream>>>(*b);
+    return cudaGetLastError();
+}
+
+#endif
