@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "cli/commands.h"
 #include "io/codes_json.h"
 #include "io/rows_json.h"
@@ -47,27 +48,6 @@ static void options_from_config(const dr_config *c, dr_prompt_options *o) {
     o->reference_speaker_tags = s->prompt_reference_speaker_tags;
     o->default_speaker_tag = s->prompt_default_speaker_tag;
     o->system_without_reference = s->prompt_system_without_reference;
-}
-
-/* Read a whole text file as a NUL-terminated string (a NUL inside is an error). */
-static drama_status read_text(const char *path, char **out, drama_error *err) {
-    char *data;
-    size_t len;
-    drama_status st = dr_io_read_all(path, &data, &len, err);
-    if (st) return st;
-    char *s = realloc(data, len + 1);
-    if (!s) {
-        free(data);
-        return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-    }
-    s[len] = '\0';
-    size_t nul = strlen(s);
-    if (nul != len) {
-        free(s);
-        return dr_fail(err, DRAMA_EINVAL, "%s: contains a NUL byte at offset %zu", path, nul);
-    }
-    *out = s;
-    return DRAMA_OK;
 }
 
 int cmd_prompt(int argc, char **argv) {
@@ -159,7 +139,7 @@ int cmd_prompt(int argc, char **argv) {
     for (int i = 0; i < n_codes; i++) {
         if (dr_codes_read(ref_codes[i], n_codebooks, upper, &codes[i], &err)) goto done;
         if (ref_text_is_file[i]) {
-            if (read_text(ref_text[i], &transcripts[i], &err)) goto done;
+            if (dr_read_text_file(ref_text[i], DR_FILE_MAX_BYTES, &transcripts[i], &err)) goto done;
         } else if (!(transcripts[i] = strdup(ref_text[i]))) {
             dr_fail(&err, DRAMA_ENOMEM, "out of memory");
             goto done;
@@ -168,7 +148,7 @@ int cmd_prompt(int argc, char **argv) {
     }
 
     if (text_file) {
-        if (read_text(text_file, &user_text, &err)) goto done;
+        if (dr_read_text_file(text_file, DR_FILE_MAX_BYTES, &user_text, &err)) goto done;
     } else if (!(user_text = strdup(text))) {
         dr_fail(&err, DRAMA_ENOMEM, "out of memory");
         goto done;

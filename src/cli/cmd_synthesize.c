@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "base/receipt.h"
 #include "cli/commands.h"
@@ -502,26 +503,6 @@ static int exit_code_for(drama_status st) {
     }
 }
 
-static char *read_text_file(const char *path, drama_error *err) {
-    char *buf = NULL;
-    size_t len = 0;
-    if (dr_io_read_all(path, &buf, &len, err) != DRAMA_OK) return NULL;
-    char *s = realloc(buf, len + 1);
-    if (!s) {
-        free(buf);
-        dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    s[len] = '\0';
-    size_t nul = strlen(s);
-    if (nul != len) {
-        free(s);
-        dr_fail(err, DRAMA_EFORMAT, "%s: text contains a NUL byte at offset %zu", path, nul);
-        return NULL;
-    }
-    return s;
-}
-
 int cmd_synthesize(int argc, char **argv) {
     synth_args a;
     int rc = parse_args(argc, argv, &a);
@@ -557,8 +538,7 @@ int cmd_synthesize(int argc, char **argv) {
     if (st == DRAMA_OK) st = check_output_path("--save-codes", a.save_codes, &err);
     if (st != DRAMA_OK) goto done;
     if (a.text_file) {
-        text_buf = read_text_file(a.text_file, &err);
-        if (!text_buf) {
+        if (dr_read_text_file(a.text_file, DR_FILE_MAX_BYTES, &text_buf, &err)) {
             dr_error_prefix(&err, "--text-file: ");
             st = err.code;
             goto done;

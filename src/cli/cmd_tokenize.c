@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "cli/commands.h"
-#include "io/rows_json.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -135,7 +135,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *input = NULL;
     size_t len = 0;
     if (text_file) {
-        if (dr_io_read_all(text_file, &input, &len, &err)) return fail(&err);
+        if (dr_read_file(text_file, DR_FILE_MAX_BYTES, &input, &len, &err)) return fail(&err);
     } else {
         len = strlen(text);
     }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/path.h"
+#include "base/file.h"
 #include "codec/codec.h"
 #include "codec/internal.h"
 
@@ -259,37 +259,14 @@ drama_status dr_codec_config_parse(const char *text, size_t len, const char *lab
 }
 
 drama_status dr_codec_config_read(const char *path, dr_codec_config *c, drama_error *err) {
-    char link_target[4096];
-    FILE *f = fopen(dr_path_follow_placeholder(path, link_target, sizeof link_target), "rb");
-    if (!f) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %m", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    while (1) {
-        if (n + 4096 > cap) {
-            if (cap > (1u << 24)) {
-                free(buf);
-                fclose(f);
-                return dr_fail(err, DRAMA_EFORMAT, "%s: larger than 16 MiB", path);
-            }
-            char *q = realloc(buf, cap = cap * 2 + 8192);
-            if (!q) {
-                free(buf);
-                fclose(f);
-                return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-            }
-            buf = q;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
+    char *buf;
+    size_t n;
+    drama_status rc = dr_read_file(path, (size_t)16 << 20, &buf, &n, err);
+    if (rc) {
+        dr_error_prefix(err, "codec config: ");
+        return rc;
     }
-    int bad_read = ferror(f);
-    fclose(f);
-    if (bad_read) {
-        free(buf);
-        return dr_fail(err, DRAMA_EIO, "%s: read error", path);
-    }
-    drama_status rc = dr_codec_config_parse(buf, n, path, c, err);
+    rc = dr_codec_config_parse(buf, n, path, c, err);
     free(buf);
     return rc;
 }

@@ -14,11 +14,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "base/log.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
-#define MAX_INDEX_BYTES (1ull << 30) /* an index is a few MB even for the largest models */
+#define MAX_INDEX_BYTES ((size_t)1 << 30) /* an index is a few MB even for the largest models */
 
 typedef struct ckpt_entry {
     const dr_tensor *t;
@@ -228,37 +229,6 @@ static int cmp_entry(const void *a, const void *b) {
     return strcmp(((const ckpt_entry *)a)->t->name, ((const ckpt_entry *)b)->t->name);
 }
 
-static drama_status read_small_file(const char *path, char **out, size_t *len, drama_error *err) {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
-        return dr_fail(err, DRAMA_EIO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > MAX_INDEX_BYTES) {
-        fclose(fp);
-        return dr_fail(err, DRAMA_EFORMAT, "%s: %lld bytes is too large for an index", path, (long long)sb.st_size);
-    }
-    size_t n = (size_t)sb.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(fp);
-        return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-    }
-    size_t got = n ? fread(buf, 1, n, fp) : 0;
-    fclose(fp);
-    if (got != n) {
-        free(buf);
-        return dr_fail(err, DRAMA_EIO, "%s: short read (%zu of %zu bytes)", path, got, n);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return DRAMA_OK;
-}
-
 static drama_status open_shard(dr_ckpt *c, const char *name, drama_error *err) {
     char *path = join_path(c->dir, name);
     if (!path) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
@@ -339,8 +309,11 @@ static void warn_unreferenced(dr_ckpt *c) {
 static drama_status open_indexed(dr_ckpt *c, const char *index_path, drama_error *err) {
     char *text = NULL;
     size_t len = 0;
-    drama_status st = read_small_file(index_path, &text, &len, err);
-    if (st != DRAMA_OK) return st;
+    drama_status st = dr_read_file(index_path, MAX_INDEX_BYTES, &text, &len, err);
+    if (st != DRAMA_OK) {
+        dr_error_prefix(err, "checkpoint index: ");
+        return st;
+    }
     st = dr_ckpt_parse_index(text, len, index_path, &c->index, err);
     free(text);
     if (st != DRAMA_OK) return st;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "io/rows_json.h"
 
 drama_status dr_codes_create(dr_codes *out, int64_t n_frames, int64_t n_codebooks, drama_error *err) {
@@ -104,7 +105,7 @@ drama_status dr_codes_read(const char *path, int64_t n_codebooks, const int32_t 
     memset(out, 0, sizeof *out);
     char *text;
     size_t len;
-    drama_status st = dr_io_read_all(path, &text, &len, err);
+    drama_status st = dr_read_file(path, DR_FILE_MAX_BYTES, &text, &len, err);
     if (st) return st;
     st = dr_codes_parse(text, len, strcmp(path, "-") == 0 ? "stdin" : path, n_codebooks, upper, out, err);
     free(text);

@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/sha256.h"
+
+#define MAX_MANIFEST_BYTES ((size_t)1 << 30) /* a manifest is small; refuse absurd sizes */
 
 static char *join_path(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -147,28 +150,14 @@ done:
 
 drama_status dr_manifest_load(const char *path, dr_manifest **out, drama_error *err) {
     if (out) *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + len, 1, cap - len, fp)) > 0) {
-        len += got;
-        if (len == cap) {
-            if (cap >= (1u << 30)) break; /* a manifest is small; refuse absurd sizes below */
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
+    char *buf;
+    size_t len;
+    drama_status st = dr_read_file(path, MAX_MANIFEST_BYTES, &buf, &len, err);
+    if (st) {
+        dr_error_prefix(err, "manifest: ");
+        return st;
     }
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (!buf) return dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-    if (rerr || len == cap) {
-        free(buf);
-        return dr_fail(err, rerr ? DRAMA_EIO : DRAMA_EFORMAT, "%s: %s", path, rerr ? "read error" : "too large");
-    }
-    drama_status st = dr_manifest_parse(buf, len, path, out, err);
+    st = dr_manifest_parse(buf, len, path, out, err);
     free(buf);
     return st;
 }

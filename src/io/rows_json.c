@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 
 drama_status dr_rows_create(dr_rows *out, int64_t n_rows, int64_t n_cols, drama_error *err) {
     memset(out, 0, sizeof *out);
@@ -98,46 +99,11 @@ done:
     return st;
 }
 
-drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama_error *err) {
-    *out = NULL;
-    *out_len = 0;
-    if (!*path) return dr_fail(err, DRAMA_EINVAL, "empty file name");
-    int is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    drama_status st = DRAMA_OK;
-    while (buf) {
-        if (len == cap) {
-            char *grown = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
-            if (!grown) break;
-            buf = grown;
-            cap *= 2;
-        }
-        errno = 0;
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int read_errno = errno; /* EISDIR for a directory */
-    if (!buf || len == cap) st = dr_fail(err, DRAMA_ENOMEM, "%s: file too large or out of memory", path);
-    else if (ferror(f)) st = dr_fail(err, DRAMA_EIO, "%s: read error: %s", path, strerror(read_errno ? read_errno : EIO));
-    if (!is_stdin) fclose(f);
-    if (st) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *out_len = len;
-    return DRAMA_OK;
-}
-
 drama_status dr_rows_read(const char *path, int64_t expect_cols, dr_rows *out, drama_error *err) {
     memset(out, 0, sizeof *out);
     char *text;
     size_t len;
-    drama_status st = dr_io_read_all(path, &text, &len, err);
+    drama_status st = dr_read_file(path, DR_FILE_MAX_BYTES, &text, &len, err);
     if (st) return st;
     st = dr_rows_parse(text, len, strcmp(path, "-") == 0 ? "stdin" : path, expect_cols, out, err);
     free(text);

@@ -40,10 +40,6 @@ drama_status dr_rows_write_stream(FILE *f, const dr_rows *rows, drama_error *err
 /* Write to `path` ("-" = stdout) through "<path>.tmp" + rename, so a failure leaves no file. */
 drama_status dr_rows_write(const char *path, const dr_rows *rows, drama_error *err);
 
-/* Read a whole file ("-" = stdin) into a malloc'd buffer (not NUL-terminated; free with free()).
- * Shared by the small JSON readers of io (ROWS.json, CODES.json). */
-drama_status dr_io_read_all(const char *path, char **out, size_t *out_len, drama_error *err);
-
 /* Write a file ("-" = stdout) through "<path>.tmp" + rename, so a failure leaves no file (a stale
  * temporary or a link planted at that name is removed first, never written through):
  * `write` puts the content on the stream. Shared by the small JSON writers (ROWS.json, CODES.json). */

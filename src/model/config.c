@@ -7,10 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "model/config.h"
 #include "model/config_internal.h"
+
+#define MAX_CONFIG_BYTES ((size_t)64 << 20) /* config.json and drama-engine.json are a few KiB */
 
 /* Reading one field: absent -> default (or error when required), wrong type -> error. */
 typedef struct reader {
@@ -559,48 +563,13 @@ fail:
     return st ? st : DRAMA_EFORMAT;
 }
 
-static char *read_file(const char *path, size_t *len, int *missing, drama_error *err) {
-    *missing = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) *missing = 1;
-        else dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            if (cap > (size_t)64 << 20) {
-                dr_fail(err, DRAMA_EFORMAT, "%s: larger than 64 MiB", path);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                dr_fail(err, DRAMA_ENOMEM, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        dr_fail(err, DRAMA_EIO, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+/* config.json is required, drama-engine.json optional: only its absence (not a read error) is skipped. */
+static drama_status read_config_file(const char *path, int optional, char **text, size_t *len, drama_error *err) {
+    struct stat sb;
+    if (optional && stat(path, &sb) != 0 && errno == ENOENT) return DRAMA_OK;
+    drama_status st = dr_read_file(path, MAX_CONFIG_BYTES, text, len, err);
+    if (st) dr_error_prefix(err, "model config: ");
+    return st;
 }
 
 drama_status dr_config_load(const char *dir, const char *const *sets, int n_sets, dr_config **out, drama_error *err) {
@@ -609,18 +578,14 @@ drama_status dr_config_load(const char *dir, const char *const *sets, int n_sets
     snprintf(path, sizeof path, "%s/config.json", dir);
     snprintf(epath, sizeof epath, "%s/drama-engine.json", dir);
     size_t len = 0, elen = 0;
-    int missing = 0, emissing = 0;
-    char *text = read_file(path, &len, &missing, err);
-    if (!text) {
-        if (missing) return dr_fail(err, DRAMA_EIO, "%s: not found", path);
-        return err ? err->code : DRAMA_EIO;
-    }
-    char *etext = read_file(epath, &elen, &emissing, err);
-    if (!etext && !emissing) {
+    char *text = NULL, *etext = NULL;
+    drama_status st = read_config_file(path, 0, &text, &len, err);
+    if (!st) st = read_config_file(epath, 1, &etext, &elen, err);
+    if (st) {
         free(text);
-        return err ? err->code : DRAMA_EIO;
+        return st;
     }
-    drama_status st = dr_config_from_memory(text, len, path, etext, elen, sets, n_sets, out, err);
+    st = dr_config_from_memory(text, len, path, etext, elen, sets, n_sets, out, err);
     free(text);
     free(etext);
     if (st) return st;

@@ -5,8 +5,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "base/path.h"
-#include "io/rows_json.h"
+#include "base/file.h"
 #include "text/tok_internal.h"
 
 /* ---------------------------------------------------------------- string map */
@@ -523,10 +522,9 @@ drama_status dr_tok_load_memory(const void *data, size_t size, const char *label
 
 drama_status dr_tok_load(const char *path, dr_tok **out, drama_error *err) {
     *out = NULL;
-    char *data, link_target[4096];
+    char *data;
     size_t len;
-    drama_status st = dr_io_read_all(dr_path_follow_placeholder(path, link_target, sizeof link_target), &data,
-                                     &len, err);
+    drama_status st = dr_read_file(path, DR_FILE_MAX_BYTES, &data, &len, err);
     if (st) return st;
     st = dr_tok_load_memory(data, len, path, out, err);
     free(data);

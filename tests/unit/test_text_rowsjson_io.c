@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "io/codes_json.h"
 #include "io/rows_json.h"
 #include "testutil.h"
@@ -85,7 +86,7 @@ static void rows_golden(void **state) {
     char *text;
     size_t len;
     drama_error err = {0};
-    assert_int_equal(dr_io_read_all(tu_golden("ref/e2e-ref12.json"), &text, &len, &err), DRAMA_OK);
+    assert_int_equal(dr_read_file(tu_golden("ref/e2e-ref12.json"), DR_FILE_MAX_BYTES, &text, &len, &err), DRAMA_OK);
     const char *start = strstr(text, "\"prompt_rows\"");
     assert_non_null(start);
     start = strchr(start, '[');

@@ -1,0 +1,24 @@
+/* file.h - the one whole-file reader: every small file loaded into memory (JSON, text, an index)
+ * goes through dr_read_file, each caller passing the size limit that fits what the file holds. */
+#ifndef DRAMA_BASE_FILE_H
+#define DRAMA_BASE_FILE_H
+
+#include <stddef.h>
+
+#include "base/error.h"
+
+/* Read all of `path` ("-" = standard input) into a malloc'd buffer (*out, free with free()) of
+ * *len bytes plus a terminating NUL (not counted; the content may hold NULs of its own). A
+ * symlink stored as a text file is followed (base/path.h). Fails, naming `path`, with
+ *   DRAMA_EIO     "<path>: cannot read: <strerror>"   (missing, unreadable, a directory),
+ *   DRAMA_EFORMAT "<path>: too large (N bytes, limit M)" when it holds more than max_bytes,
+ *   DRAMA_ENOMEM  "<path>: out of memory".
+ * Callers prefix what the file is ("codec config: ") with dr_error_prefix where it helps. */
+drama_status dr_read_file(const char *path, size_t max_bytes, char **out, size_t *len, drama_error *err);
+/* dr_read_file for text: also fails (DRAMA_EFORMAT) when the file holds a NUL byte, naming its offset. */
+drama_status dr_read_text_file(const char *path, size_t max_bytes, char **out, drama_error *err);
+
+/* The limit for inputs with no smaller natural bound (ROWS.json, CODES.json, tokenizer.json, text). */
+#define DR_FILE_MAX_BYTES ((size_t)1 << 34)
+
+#endif
