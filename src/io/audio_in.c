@@ -59,12 +59,20 @@ static uint64_t get_u64le(const uint8_t *p) { return get_u32(p + 4, 0) << 32 | g
 
 #define SIZE_UNKNOWN 0xFFFFFFFFu /* streaming writers' "runs to the end of the file" (RIFF) */
 
-/* libsndfile silently shortens a WAV/AIFF whose chunk sizes run past the end of the file (a
- * truncated download); walk the chunk headers (bounded) and refuse what the header promises but
- * the file lacks. Other containers pass through: their decoders report truncation themselves. */
+/* libsndfile silently shortens a WAV/AIFF/AU whose sizes run past the end of the file (a truncated
+ * download); walk the chunk headers (bounded) and refuse what the header promises but the file
+ * lacks. Other containers pass through: compressed ones report truncation while decoding. */
 static drama_status check_container(const byte_src *s, const char *label, drama_error *err) {
     uint8_t h[12];
     if (!src_read(s, 0, h, 12)) return DRAMA_OK;
+    int au_big = !memcmp(h, ".snd", 4);
+    if (au_big || !memcmp(h, "dns.", 4)) { /* Sun AU: data offset and size in the header */
+        uint64_t off = get_u32(h + 4, au_big), size = get_u32(h + 8, au_big);
+        if (size == SIZE_UNKNOWN || off > s->size || size <= s->size - off) return DRAMA_OK;
+        return dr_fail(err, DRAMA_EFORMAT, "%s: the AU header declares %llu bytes of audio at byte %llu but the file "
+                       "holds only %llu there (truncated file?)", label, (unsigned long long)size,
+                       (unsigned long long)off, (unsigned long long)(s->size - off));
+    }
     int riff = !memcmp(h + 8, "WAVE", 4) && (!memcmp(h, "RIFF", 4) || !memcmp(h, "RIFX", 4) ||
                                              !memcmp(h, "RF64", 4) || !memcmp(h, "BW64", 4));
     int aiff = !memcmp(h, "FORM", 4) && (!memcmp(h + 8, "AIFF", 4) || !memcmp(h + 8, "AIFC", 4));
