@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cpu/ops.h"
 #include "base/alloc.h"
 #include "base/rng.h"
 
@@ -51,7 +52,8 @@ drama_status dr_sampler_params_validate(const dr_sampler_params *p, drama_error 
 
 drama_status dr_sample_ws_init(dr_sample_ws *ws, int cap, drama_error *err) {
     ws->cap = cap;
-    ws->items = dr_calloc(cap > 0 ? (size_t)cap : 1, sizeof *ws->items);
+    /* cap items, then cap floats: the sorted logits as one array for the ops */
+    ws->items = dr_calloc(cap > 0 ? (size_t)cap : 1, sizeof *ws->items + sizeof(float));
     ws->q = dr_calloc(cap > 0 ? (size_t)cap : 1, sizeof *ws->q);
     if (!ws->items || !ws->q) {
         dr_sample_ws_free(ws);
@@ -101,31 +103,19 @@ static drama_status collect(const float *logits, int n, dr_sample_ws *ws, int *n
  * ws->q their tempered weights (not normalised). */
 static int filter(int m, const dr_draw_spec *spec, dr_sample_ws *ws) {
     dr_sample_item *it = ws->items;
+    float *x = (float *)(ws->items + ws->cap);
     qsort(it, (size_t)m, sizeof *it, item_cmp);
+    for (int r = 0; r < m; r++) x[r] = it[r].logit;
     int kept = m;
     if (spec->top_k > 0 && spec->top_k < kept) kept = spec->top_k;
     if (spec->top_p < 1.0f) {
         /* p = softmax of the untempered logits over all candidates (fp32 terms, max subtracted). */
-        double z = 0;
-        for (int r = 0; r < m; r++) {
-            ws->q[r] = (double)expf(it[r].logit - it[0].logit);
-            z += ws->q[r];
-        }
-        double cum = 0, P = spec->top_p;
-        int by_p = m;
-        for (int r = 0; r < m; r++) {
-            double cum_prev = cum;
-            cum += ws->q[r] / z;
-            if (spec->rule == DR_TOPP_KEEP_CROSSING) {
-                if (r > 0 && !(cum_prev < P)) { by_p = r; break; }
-            } else {
-                if (r > 0 && !(cum <= P)) { by_p = r; break; }
-            }
-        }
+        dr_op_exp_weights(x, m, x[0], 1.0f, ws->q);
+        int by_p = dr_op_top_p_count(ws->q, m, spec->top_p, spec->rule == DR_TOPP_KEEP_CROSSING);
         if (by_p < kept) kept = by_p;
     }
     /* temperature after filtering (S2-Pro order); the survivors' maximum is rank 0 */
-    for (int r = 0; r < kept; r++) ws->q[r] = (double)expf((it[r].logit - it[0].logit) / spec->temperature);
+    dr_op_exp_weights(x, kept, x[0], spec->temperature, ws->q);
     return kept;
 }
 
@@ -210,8 +200,5 @@ drama_status dr_sample_acoustic(const float *logits, int n, const dr_sampler_par
 }
 
 void dr_guidance_combine(const float *cond, const float *uncond, int n, float gamma, float *out) {
-    for (int i = 0; i < n; i++) {
-        float c = cond[i];
-        out[i] = (isinf(c) && c < 0) ? c : c + gamma * (c - uncond[i]);
-    }
+    dr_op_guidance(cond, uncond, n, gamma, out);
 }

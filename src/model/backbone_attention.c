@@ -33,10 +33,7 @@ static void attend_task(void *vctx, int64_t t, int worker) {
     float *o = c->o + row * (int64_t)d->nh * d->hd + (int64_t)j * d->hd;
     dr_op_attend(q, s->k[c->ly->idx] + (int64_t)m * d->hd, s->v[c->ly->idx] + (int64_t)m * d->hd, c->b->pos[row] + 1,
                  kvd, d->hd, 1.0f / sqrtf((float)d->hd), c->scratch + (int64_t)worker * c->max_pos, o);
-    if (gated) {
-        const float *gate = q + d->hd;
-        for (int e = 0; e < d->hd; e++) o[e] *= dr_sigmoidf(gate[e]);
-    }
+    if (gated) dr_op_sigmoid_mul(o, q + d->hd, d->hd);
 }
 
 drama_status dr_bb_attention_run(const bb_batch *b, const dr_bb_layer *ly, const float *x, float *out, drama_error *err) {

@@ -37,7 +37,7 @@ static void conv_task(void *vctx, int64_t blk, int worker) {
         float *y = c->y + i * c->C;
         dr_op_conv_step(s->conv[c->ly->idx], c->u + i * c->C, c->ly->gdn.conv_w, c->ly->gdn.conv_b, d->K, c->C, c0, c1,
                         y);
-        for (int64_t ch = c0; ch < c1; ch++) y[ch] = dr_siluf(y[ch]);
+        dr_op_silu(y + c0, c1 - c0);
     }
 }
 
@@ -89,22 +89,15 @@ drama_status dr_bb_deltanet_run(const bb_batch *b, const dr_bb_layer *ly, const 
             dr_op_l2norm(yi + (int64_t)h * d->dk, d->dk, 1e-6f, qscale);
             dr_op_l2norm(yi + qk + (int64_t)h * d->dk, d->dk, 1e-6f, 1.0f);
         }
-        for (int64_t h = 0; h < nv; h++) {
-            float a = aa[i * nv + h], bv = bb_[i * nv + h];
-            aa[i * nv + h] = w->neg_A[h] * dr_softplusf(a + w->dt_bias[h]); /* g: log decay, <= 0 */
-            bb_[i * nv + h] = dr_sigmoidf(bv);                                /* beta */
-        }
+        dr_op_gdn_gates(aa + i * nv, bb_ + i * nv, w->neg_A, w->dt_bias, nv); /* g (log decay <= 0), beta */
     }
     dr_pool_run(b->pool, nv, head_task, &c);
 
     /* o_h = rms_norm_plain(o_h, norm) * silu(z_h) */
     for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < nv; h++) {
-            float *oh = o + i * vd + h * dv;
-            const float *zh = z + i * vd + h * dv;
-            dr_op_rms_norm(oh, w->norm + (w->norm_per_channel ? h * dv : 0), d->eps, dv, oh);
-            for (int64_t e = 0; e < dv; e++) oh[e] *= dr_siluf(zh[e]);
-        }
+        for (int64_t h = 0; h < nv; h++)
+            dr_op_gated_rms_norm(o + i * vd + h * dv, w->norm + (w->norm_per_channel ? h * dv : 0), z + i * vd + h * dv,
+                                 d->eps, dv);
     dr_cpu_matmul(&w->out, o, n, out, b->pool);
 done:
     dr_free(u);

@@ -65,8 +65,7 @@ static void gate_up_task(void *vc, int64_t t, int worker) {
         dr_cpu_matmul_rows(g->up, r0, r1, x, g->cnt, ua, NULL);
     }
     float *act = c->act + g->act_off;
-    for (int64_t i = 0; i < g->cnt; i++)
-        for (int64_t j = 0; j < nb; j++) act[i * g->width + r0 + j] = dr_siluf(ga[i * nb + j]) * ua[i * nb + j];
+    for (int64_t i = 0; i < g->cnt; i++) dr_op_swiglu(ga + i * nb, ua + i * nb, nb, act + i * g->width + r0);
 }
 
 static void down_task(void *vc, int64_t t, int worker) {
@@ -81,27 +80,13 @@ static void down_task(void *vc, int64_t t, int worker) {
 }
 
 /* Routing of one row: fills ids[k] (original expert ids, -1 when fewer than k are eligible) and
- * weights[k]. s holds the row's router scores and is overwritten. */
-static drama_status route(const dr_bb_moe *m, const dr_bb_dims *d, float *s, unsigned char *excluded, int *ids,
-                          float *weights, int layer, int64_t row, drama_error *err) {
-    int E = d->E, k = d->topk, finite = 0;
-    for (int e = 0; e < E; e++) {
-        if (m->slot[e] < 0 || !isfinite(s[e])) s[e] = -INFINITY; /* pruned or non-finite */
-        else finite++;
-    }
-    if (finite == 0)
+ * weights[k]. s holds the row's router scores (pruned experts are set to -inf); probs is scratch [E]. */
+static drama_status route(const dr_bb_moe *m, const dr_bb_dims *d, float *s, float *probs, int *ids, float *weights,
+                          int layer, int64_t row, drama_error *err) {
+    for (int e = 0; e < d->E; e++)
+        if (m->slot[e] < 0) s[e] = -INFINITY;
+    if (dr_op_moe_route(s, d->E, d->topk, d->norm_topk, probs, ids, weights) == 0)
         return dr_fail(err, DRAMA_ENUMERIC, "layer %d, row %lld: router produced no finite score", layer, (long long)row);
-    for (int e = 0; e < E; e++) excluded[e] = s[e] == -INFINITY;
-    dr_op_softmax(s, E);
-    for (int e = 0; e < E; e++)
-        if (excluded[e]) s[e] = -1.0f; /* never selectable, even with fewer finite scores than k */
-    dr_op_topk(s, E, k, ids);
-    double sum = 0.0;
-    for (int r = 0; r < k; r++) sum += ids[r] >= 0 ? s[ids[r]] : 0.0f;
-    for (int r = 0; r < k; r++) {
-        float p = ids[r] >= 0 ? s[ids[r]] : 0.0f;
-        weights[r] = d->norm_topk ? (float)(p / sum) : p;
-    }
     return DRAMA_OK;
 }
 
@@ -116,7 +101,8 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
     int *sel = malloc((size_t)(n * k) * sizeof(int));
     float *wsel = malloc((size_t)(n * k) * sizeof(float));
     int64_t *pos = malloc((size_t)(n * k) * sizeof(int64_t)); /* (row, rank) -> gathered row or -1 */
-    unsigned char *excluded = malloc((size_t)E);
+    const float **yr = malloc((size_t)k * sizeof *yr);         /* one row's expert outputs by rank */
+    float *probs = malloc((size_t)E * sizeof(float));
     group *g = malloc((size_t)(m->n_kept + 1) * sizeof(group));
     int64_t *t1 = malloc((size_t)(m->n_kept + 2) * sizeof(int64_t)), *t2 = malloc((size_t)(m->n_kept + 2) * sizeof(int64_t));
     float *xs = dr_alloc((size_t)(R * H) * sizeof(float));
@@ -126,14 +112,14 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
     int64_t scratch_ld = 2 * n * BLOCK;
     float *scratch = dr_alloc((size_t)(b->n_workers * scratch_ld) * sizeof(float));
     drama_status st = DRAMA_OK;
-    if (!scores || !sel || !wsel || !pos || !excluded || !g || !t1 || !t2 || !xs || !ys || !act || !sg || !scratch) {
+    if (!scores || !sel || !wsel || !pos || !yr || !probs || !g || !t1 || !t2 || !xs || !ys || !act || !sg || !scratch) {
         st = dr_fail(err, DRAMA_ENOMEM, "moe: out of memory for %lld rows", (long long)n);
         goto done;
     }
 
     dr_cpu_matmul(&m->router, x, n, scores, b->pool);
     for (int64_t i = 0; i < n; i++)
-        if ((st = route(m, d, scores + i * E, excluded, sel + i * k, wsel + i * k, layer, i, err))) goto done;
+        if ((st = route(m, d, scores + i * E, probs, sel + i * k, wsel + i * k, layer, i, err))) goto done;
 
     /* Groups: selected experts in id order, each with its rows in row order; then the shared expert. */
     int ng = 0;
@@ -172,24 +158,16 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
     /* Each row: routed experts in rank order, then the gated shared expert. */
     dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, b->pool);
     for (int64_t i = 0; i < n; i++) {
-        float *o = out + i * H;
-        for (int64_t j = 0; j < H; j++) o[j] = 0.0f;
-        for (int r = 0; r < k; r++) {
-            if (pos[i * k + r] < 0) continue;
-            float w = wsel[i * k + r];
-            const float *y = ys + pos[i * k + r] * H;
-            for (int64_t j = 0; j < H; j++) o[j] += w * y[j];
-        }
-        float gs = dr_sigmoidf(sg[i]);
-        const float *y = ys + (shared_first + i) * H;
-        for (int64_t j = 0; j < H; j++) o[j] += gs * y[j];
+        for (int r = 0; r < k; r++) yr[r] = pos[i * k + r] < 0 ? NULL : ys + pos[i * k + r] * H;
+        dr_op_moe_combine(yr, wsel + i * k, k, ys + (shared_first + i) * H, sg[i], H, out + i * H);
     }
 done:
     dr_free(scores);
     free(sel);
     free(wsel);
     free(pos);
-    free(excluded);
+    free(yr);
+    free(probs);
     free(g);
     free(t1);
     free(t2);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 #include "base/alloc.h"
 #include "model/tower.h"
 
@@ -188,10 +189,7 @@ static drama_status layer_forward(const dr_tower *t, dr_tower_cache *const *cs, 
     for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->ffn_norm, D, d->eps, s->a + r * D);
     dr_cpu_matmul(&L->w1, s->a, n, s->g1, pool);
     dr_cpu_matmul(&L->w3, s->a, n, s->g3, pool);
-    for (int64_t i = 0; i < (int64_t)n * t->ffn; i++) {
-        float g = s->g1[i];
-        s->g1[i] = g / (1.0f + expf(-g)) * s->g3[i];
-    }
+    dr_op_swiglu(s->g1, s->g3, (int64_t)n * t->ffn, s->g1);
     dr_cpu_matmul(&L->w2, s->g1, n, s->tmp, pool);
     for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
     for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->out_norm, D, d->eps, out + r * D);

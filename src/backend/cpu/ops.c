@@ -131,3 +131,86 @@ void dr_op_topk(const float *p, int n, int k, int *ids) {
         ids[r] = best;
     }
 }
+
+/* ---- model-level element-wise steps ---- */
+
+void dr_op_silu(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = dr_siluf(x[i]);
+}
+
+void dr_op_swiglu(const float *gate, const float *up, int64_t n, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = dr_siluf(gate[i]) * up[i];
+}
+
+void dr_op_sigmoid_mul(float *x, const float *gate, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= dr_sigmoidf(gate[i]);
+}
+
+void dr_op_gated_rms_norm(float *x, const float *w, const float *z, float eps, int64_t n) {
+    dr_op_rms_norm(x, w, eps, n, x);
+    for (int64_t i = 0; i < n; i++) x[i] *= dr_siluf(z[i]);
+}
+
+void dr_op_gdn_gates(float *a, float *b, const float *neg_A, const float *dt_bias, int64_t n) {
+    for (int64_t h = 0; h < n; h++) {
+        a[h] = neg_A[h] * dr_softplusf(a[h] + dt_bias[h]);
+        b[h] = dr_sigmoidf(b[h]);
+    }
+}
+
+int dr_op_moe_route(const float *scores, int E, int k, int norm_topk, float *probs, int *ids, float *weights) {
+    int eligible = 0;
+    for (int e = 0; e < E; e++) {
+        probs[e] = isfinite(scores[e]) ? scores[e] : -INFINITY;
+        eligible += isfinite(scores[e]) != 0;
+    }
+    if (eligible > 0) dr_op_softmax(probs, E);
+    for (int e = 0; e < E; e++)
+        if (!isfinite(scores[e])) probs[e] = -1.0f; /* never selectable, even with fewer eligible than k */
+    dr_op_topk(probs, E, k, ids);
+    double sum = 0.0;
+    for (int r = 0; r < k; r++) sum += ids[r] >= 0 ? probs[ids[r]] : 0.0f;
+    for (int r = 0; r < k; r++) {
+        float p = ids[r] >= 0 ? probs[ids[r]] : 0.0f;
+        weights[r] = norm_topk && sum > 0.0 ? (float)(p / sum) : p;
+    }
+    return eligible;
+}
+
+void dr_op_moe_combine(const float *const *ys, const float *w, int k, const float *y_shared, float shared_gate,
+                       int64_t H, float *out) {
+    for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
+    for (int r = 0; r < k; r++) {
+        if (!ys[r]) continue;
+        float wr = w[r];
+        const float *y = ys[r];
+        for (int64_t j = 0; j < H; j++) out[j] += wr * y[j];
+    }
+    if (!y_shared) return;
+    float gs = dr_sigmoidf(shared_gate);
+    for (int64_t j = 0; j < H; j++) out[j] += gs * y_shared[j];
+}
+
+void dr_op_guidance(const float *cond, const float *uncond, int64_t n, float gamma, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        float c = cond[i];
+        out[i] = (isinf(c) && c < 0) ? c : c + gamma * (c - uncond[i]);
+    }
+}
+
+void dr_op_exp_weights(const float *x, int64_t n, float x_max, float temperature, double *q) {
+    for (int64_t r = 0; r < n; r++) q[r] = (double)expf((x[r] - x_max) / temperature);
+}
+
+int dr_op_top_p_count(const double *q, int m, double top_p, int keep_crossing) {
+    double z = 0;
+    for (int r = 0; r < m; r++) z += q[r];
+    double cum = 0;
+    for (int r = 0; r < m; r++) {
+        double cum_prev = cum;
+        cum += q[r] / z;
+        /* r > 0: the first candidate always survives */
+        if (keep_crossing ? (r > 0 && !(cum_prev < top_p)) : (r > 0 && !(cum <= top_p))) return r;
+    }
+    return m;
+}

@@ -52,4 +52,45 @@ void dr_op_conv_step(float *window, const float *u, const float *w, const float 
 void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta, int dk, int dv,
                     float *mem, float *o);
 
+/* ---- model-level element-wise steps (MODEL.md 5.3-5.5, TOWER-H1.md, TEXT.md 5) ---- */
+
+/* In place: x = silu(x) = x / (1 + expf(-x)) (DeltaNet conv output). */
+void dr_op_silu(float *x, int64_t n);
+
+/* SwiGLU product y = silu(gate) * up (MoE experts, shared expert, tower FFN). y may be gate. */
+void dr_op_swiglu(const float *gate, const float *up, int64_t n, float *y);
+
+/* In place: x *= sigmoid(gate) (gated attention output). */
+void dr_op_sigmoid_mul(float *x, const float *gate, int64_t n);
+
+/* In place: x = rms_norm(x, w, eps) * silu(z) (DeltaNet output norm; w is the plain weight). */
+void dr_op_gated_rms_norm(float *x, const float *w, const float *z, float eps, int64_t n);
+
+/* DeltaNet gates of n value heads, in place: a -> g = neg_A * softplus(a + dt_bias) (log decay,
+ * neg_A = -exp(A_log) from the loader), b -> beta = sigmoid(b). */
+void dr_op_gdn_gates(float *a, float *b, const float *neg_A, const float *dt_bias, int64_t n);
+
+/* MoE routing of one row over E experts: probs = softmax of the finite scores (non-finite ones,
+ * pruned experts included as -inf, are excluded and get probs = -1); ids = top-k of probs (ties to
+ * the lower id, -1 when fewer than k are eligible); weights = probs[ids] renormalised over the
+ * chosen k in double when norm_topk, else probs[ids]; 0 for an id of -1. Returns the number of
+ * eligible experts (0: nothing was chosen; the caller reports it). */
+int dr_op_moe_route(const float *scores, int E, int k, int norm_topk, float *probs, int *ids, float *weights);
+
+/* MoE output of one row: out = sum_r w[r] * ys[r] (rank order, fp32; ys[r] NULL skips the rank)
+ * + sigmoid(shared_gate) * y_shared (y_shared may be NULL). */
+void dr_op_moe_combine(const float *const *ys, const float *w, int k, const float *y_shared, float shared_gate,
+                       int64_t H, float *out);
+
+/* Classifier-free guidance: out = c + gamma * (c - u); an excluded (-inf) cond logit stays -inf. */
+void dr_op_guidance(const float *cond, const float *uncond, int64_t n, float gamma, float *out);
+
+/* Tempered sampling weights: q[r] = expf((x[r] - x_max) / temperature) (fp32 terms, widened). */
+void dr_op_exp_weights(const float *x, int64_t n, float x_max, float temperature, double *q);
+
+/* Nucleus cut over weights q[0..m) in descending rank order (finite, >= 0, not normalised): the
+ * count kept. keep_crossing: the shortest prefix whose mass reaches top_p; otherwise the longest
+ * prefix whose mass does not exceed top_p (at least 1). Masses in double. */
+int dr_op_top_p_count(const double *q, int m, double top_p, int keep_crossing);
+
 #endif
