@@ -7,6 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/file.h"
+#include "io/json_matrix.h"
 #include "io/rows_json.h"
 
 drama_status dr_codes_create(dr_codes *out, int64_t n_frames, int64_t n_codebooks, drama_error *err) {
@@ -49,54 +50,11 @@ drama_status dr_codes_parse(const char *json, size_t len, const char *label, int
     if (!label) label = "CODES.json";
     if (upper && n_codebooks <= 0)
         return dr_fail(err, DRAMA_EINVAL, "%s: per-codebook bounds need the number of codebooks", label);
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return dr_fail(err, DRAMA_EFORMAT, "%s: invalid JSON at line %d column %d (byte %d): %s", label,
-                       jerr.line, jerr.column, jerr.position, jerr.text);
-    drama_status st = DRAMA_OK;
-    json_t *frames = json_object_get(root, "codes");
-    if (!json_is_object(root) || !json_is_array(frames)) {
-        st = dr_fail(err, DRAMA_EFORMAT, "%s: expected an object with an array \"codes\" (one list per frame)", label);
-        goto done;
-    }
-    int64_t n_frames = (int64_t)json_array_size(frames);
-    int64_t width = n_codebooks;
-    if (width <= 0) {
-        json_t *first = json_array_get(frames, 0);
-        width = n_frames > 0 && json_is_array(first) ? (int64_t)json_array_size(first) : 0;
-        if (n_frames > 0 && width < 1) {
-            st = dr_fail(err, DRAMA_EFORMAT, "%s: codes[0]: expected a non-empty array of integers", label);
-            goto done;
-        }
-    }
-    if (width > 0) {
-        st = dr_codes_create(out, n_frames, width, err);
-        if (st) goto done;
-    }
-    for (int64_t f = 0; f < n_frames; f++) {
-        json_t *frame = json_array_get(frames, (size_t)f);
-        if (!json_is_array(frame) || (int64_t)json_array_size(frame) != width) {
-            st = dr_fail(err, DRAMA_EFORMAT, "%s: frame %lld: expected an array of %lld codes (one per codebook)",
-                         label, (long long)f, (long long)width);
-            goto done;
-        }
-        for (int64_t k = 0; k < width; k++) {
-            json_t *v = json_array_get(frame, (size_t)k);
-            json_int_t bound = upper ? upper[k] : INT32_MAX + (json_int_t)1;
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= bound) {
-                st = dr_fail(err, DRAMA_EFORMAT, "%s: frame %lld codebook %lld: expected an integer code in 0..%lld",
-                             label, (long long)f, (long long)k, (long long)(bound - 1));
-                goto done;
-            }
-            out->data[f * width + k] = (int32_t)json_integer_value(v);
-        }
-    }
-    out->n_frames = n_frames;
-    out->n_codebooks = width;
-done:
-    json_decref(root);
-    if (st) dr_codes_free(out);
+    dr_json_matrix_spec spec = {.key = "codes", .row_name = "frame", .width = n_codebooks, .upper = upper};
+    json_t *root;
+    drama_status st =
+        dr_json_matrix_parse(json, len, label, &spec, &root, &out->data, &out->n_frames, &out->n_codebooks, err);
+    if (!st) json_decref(root);
     return st;
 }
 

@@ -10,6 +10,7 @@
 
 #include "base/alloc.h"
 #include "base/file.h"
+#include "io/json_matrix.h"
 
 drama_status dr_rows_create(dr_rows *out, int64_t n_rows, int64_t n_cols, drama_error *err) {
     memset(out, 0, sizeof *out);
@@ -38,62 +39,20 @@ drama_status dr_rows_parse(const char *json, size_t len, const char *label, int6
                            dr_rows *out, drama_error *err) {
     memset(out, 0, sizeof *out);
     if (!label) label = "ROWS.json";
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return dr_fail(err, DRAMA_EFORMAT, "%s: invalid JSON at line %d column %d (byte %d): %s", label,
-                       jerr.line, jerr.column, jerr.position, jerr.text);
-    drama_status st = DRAMA_OK;
-    json_t *rows = json_object_get(root, "rows");
-    if (!json_is_object(root) || !json_is_array(rows)) {
-        st = dr_fail(err, DRAMA_EFORMAT, "%s: expected an object with an array \"rows\"", label);
-        goto done;
-    }
-    int64_t n_rows = (int64_t)json_array_size(rows);
-    int64_t n_cols = expect_cols;
-    if (n_cols <= 0) {
-        json_t *first = json_array_get(rows, 0);
-        n_cols = n_rows > 0 && json_is_array(first) ? (int64_t)json_array_size(first) : 0;
-        if (n_rows > 0 && n_cols < 1) {
-            st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[0]: expected a non-empty array of integers", label);
-            goto done;
-        }
-    }
-    if (n_cols > 0) {
-        st = dr_rows_create(out, n_rows, n_cols, err);
-        if (st) goto done;
-    }
-    for (int64_t r = 0; r < n_rows; r++) {
-        json_t *row = json_array_get(rows, (size_t)r);
-        if (!json_is_array(row) || (int64_t)json_array_size(row) != n_cols) {
-            st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[%lld]: expected an array of %lld integers (token + %lld codes)",
-                         label, (long long)r, (long long)n_cols, (long long)(n_cols - 1));
-            goto done;
-        }
-        for (int64_t c = 0; c < n_cols; c++) {
-            json_t *v = json_array_get(row, (size_t)c);
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-                st = dr_fail(err, DRAMA_EFORMAT, "%s: rows[%lld][%lld] (%s): expected an integer in 0..%d", label,
-                             (long long)r, (long long)c, c == 0 ? "token" : "code", INT32_MAX);
-                goto done;
-            }
-            out->data[r * n_cols + c] = (int32_t)json_integer_value(v);
-        }
-    }
+    dr_json_matrix_spec spec = {.key = "rows", .row_name = "row", .token_column = 1, .width = expect_cols};
+    json_t *root;
+    int64_t n_rows, n_cols;
+    drama_status st = dr_json_matrix_parse(json, len, label, &spec, &root, &out->data, &n_rows, &n_cols, err);
+    if (st) return st;
     out->n_rows = n_rows;
     out->n_cols = n_cols;
     out->prefill = n_rows;
     json_t *prefill = json_object_get(root, "prefill");
-    if (prefill) {
-        if (!json_is_integer(prefill) || json_integer_value(prefill) < 0 ||
-            json_integer_value(prefill) > n_rows) {
-            st = dr_fail(err, DRAMA_EFORMAT, "%s: \"prefill\": expected an integer in 0..%lld (the number of rows)",
-                         label, (long long)n_rows);
-            goto done;
-        }
+    if (prefill && (!json_is_integer(prefill) || json_integer_value(prefill) < 0 || json_integer_value(prefill) > n_rows))
+        st = dr_fail(err, DRAMA_EFORMAT, "%s: \"prefill\": expected an integer in 0..%lld (the number of rows)", label,
+                     (long long)n_rows);
+    else if (prefill)
         out->prefill = json_integer_value(prefill);
-    }
-done:
     json_decref(root);
     if (st) dr_rows_free(out);
     return st;
