@@ -1,10 +1,13 @@
 /* bench_matmul - CPU matmul throughput per stored format, against the machine's memory bandwidth.
  *
- * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB]
+ * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB] [--format NAME] [--shape RxC]
+ *                     [--n N]
  * Weights rotate over enough copies to exceed the last-level cache (512 MiB by default; --hot: one
  * copy, cache resident), as in decoding, where every expert matrix is read once per token. GB/s counts the
  * stored weight bytes (codes + scales + biases) read per call. The bandwidth line is a
- * STREAM-like copy (bytes read + written) and a read-only sum over 256 MiB buffers. */
+ * STREAM-like copy (bytes read + written) and a read-only sum over 256 MiB buffers. --format,
+ * --shape and --n run only the matching rows (e.g. `--hot --shape 64x2048`: L2-resident weights,
+ * which measures the decode loop alone). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,19 +121,23 @@ typedef struct bench_weight {
 
 static size_t g_cold_bytes = (size_t)512 << 20; /* rotation set: beyond the L3 of large server parts */
 
-static const char *fmt_label(dr_wfmt f) {
-    switch (f) {
-    case DR_WF_F32: return "f32";
-    case DR_WF_F16: return "f16";
-    case DR_WF_BF16: return "bf16";
-    case DR_WF_FP8_BLOCK: return "fp8-block";
-    case DR_WF_NVFP4: return "nvfp4";
-    case DR_WF_AFFINE: return "q4-g64";
-    default: return "?";
-    }
-}
+/* the benched variants: a stored format with its affine bits and group */
+typedef struct bench_fmt {
+    const char *label;
+    dr_wfmt fmt;
+    int bits, group;
+} bench_fmt;
 
-static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int hot) {
+static const bench_fmt g_fmts[] = {
+    {"bf16", DR_WF_BF16, 0, 0},          {"f16", DR_WF_F16, 0, 0},
+    {"fp8-block", DR_WF_FP8_BLOCK, 0, 0}, {"fp8-tensor", DR_WF_FP8_TENSOR, 0, 0},
+    {"nvfp4", DR_WF_NVFP4, 0, 0},        {"q4-g64", DR_WF_AFFINE, 4, 64},
+    {"q4-g32", DR_WF_AFFINE, 4, 32},     {"q4-g128", DR_WF_AFFINE, 4, 128},
+    {"q8-g64", DR_WF_AFFINE, 8, 64},     {"f32", DR_WF_F32, 0, 0},
+};
+
+static int make(bench_weight *bw, const bench_fmt *bf, int64_t rows, int64_t cols, int hot) {
+    dr_wfmt fmt = bf->fmt;
     memset(bw, 0, sizeof *bw);
     float *src = malloc((size_t)(rows * cols) * sizeof *src);
     if (!src) return -1;
@@ -159,6 +166,17 @@ static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int h
         b0[1] = malloc(sz[1]);
         dr_quant_fp8_block(src, rows, cols, 128, 128, b0[0], b0[1], &err);
         break;
+    case DR_WF_FP8_TENSOR:
+        sz[0] = (size_t)n;
+        sz[1] = 4;
+        b0[0] = malloc(sz[0]);
+        b0[1] = malloc(4);
+        {
+            float gs = dr_quant_amax(src, n) / 448.0f;
+            memcpy(b0[1], &gs, 4);
+            for (int64_t i = 0; i < n; i++) ((uint8_t *)b0[0])[i] = dr_e4m3_from_f64((double)src[i] / gs);
+        }
+        break;
     case DR_WF_NVFP4:
         sz[0] = (size_t)n / 2;
         sz[1] = (size_t)n / 16;
@@ -173,10 +191,10 @@ static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int h
         }
         break;
     case DR_WF_AFFINE:
-        sz[0] = (size_t)n / 2;
-        sz[1] = sz[2] = (size_t)n / 64 * 2;
+        sz[0] = (size_t)n * (size_t)bf->bits / 8;
+        sz[1] = sz[2] = (size_t)(n / bf->group) * 2;
         for (int i = 0; i < 3; i++) b0[i] = malloc(sz[i]);
-        dr_quant_affine(src, rows, cols, 4, 64, DR_DT_BF16, b0[0], b0[1], b0[2], &err);
+        dr_quant_affine(src, rows, cols, bf->bits, bf->group, DR_DT_BF16, b0[0], b0[1], b0[2], &err);
         break;
     default: break;
     }
@@ -211,6 +229,13 @@ static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int h
             ts.shape[1] = (cols + 127) / 128;
             ps = &ts;
             break;
+        case DR_WF_FP8_TENSOR:
+            tw.dtype = DR_DT_F8_E4M3;
+            t2.name = "bench.weight_scale";
+            t2.data = bw->bufs[c][1];
+            t2.nbytes = 4;
+            ps = &t2;
+            break;
         case DR_WF_NVFP4:
             tw.dtype = DR_DT_U8;
             tw.shape[1] = cols / 2;
@@ -222,10 +247,10 @@ static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int h
             break;
         case DR_WF_AFFINE:
             tw.dtype = DR_DT_U32;
-            tw.shape[1] = cols / 8;
+            tw.shape[1] = cols * bf->bits / 32;
             ts.dtype = DR_DT_BF16;
             ts.shape[0] = rows;
-            ts.shape[1] = cols / 64;
+            ts.shape[1] = cols / bf->group;
             tb = ts;
             tb.data = bw->bufs[c][2];
             tb.nbytes = sz[2];
@@ -234,7 +259,7 @@ static int make(bench_weight *bw, dr_wfmt fmt, int64_t rows, int64_t cols, int h
             break;
         default: break;
         }
-        if (dr_weight_bind(&tw, ps, p2, pb, -1, 0, 0, &bw->w[c], &err) != DRAMA_OK) {
+        if (dr_weight_bind_ex(&tw, ps, p2, pb, -1, 0, 0, cols, &bw->w[c], &err) != DRAMA_OK) {
             fprintf(stderr, "bind: %s\n", err.message);
             return -1;
         }
@@ -249,54 +274,90 @@ static void release(bench_weight *bw) {
         for (int i = 0; i < 3; i++) dr_free(bw->bufs[c][i]);
 }
 
+/* Median ms per call over 5 samples of at least min_ms / 5 each (the median resists the other
+ * jobs of a shared machine better than the mean). */
+static double time_calls(const bench_weight *bw, const float *x, int64_t n, float *y, dr_pool *pool, double min_ms) {
+    double ms[5];
+    long calls = 0;
+    for (int s = 0; s < 5; s++) {
+        long c0 = calls;
+        double t0 = now_s(), t;
+        do {
+            dr_cpu_matmul(&bw->w[calls % bw->copies], x, n, y, pool);
+            calls++;
+            t = now_s();
+        } while ((t - t0) * 1e3 < min_ms / 5 || calls - c0 < 2);
+        ms[s] = (t - t0) * 1e3 / (double)(calls - c0);
+    }
+    for (int i = 1; i < 5; i++) /* insertion sort of five */
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+            double tmp = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = tmp;
+        }
+    return ms[2];
+}
+
 int main(int argc, char **argv) {
-    int threads = 0, hot = 0;
+    int threads = 0, hot = 0, probe = 1;
     double min_ms = 300;
+    const char *only_fmt = NULL;
+    int64_t only_rows = 0, only_cols = 0, only_n = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min-ms") && i + 1 < argc) min_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--no-probe")) probe = 0;
         else if (!strcmp(argv[i], "--cold-mib") && i + 1 < argc) g_cold_bytes = (size_t)atol(argv[++i]) << 20;
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) only_fmt = argv[++i];
+        else if (!strcmp(argv[i], "--n") && i + 1 < argc) only_n = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+                 sscanf(argv[i + 1], "%ldx%ld", (long *)&only_rows, (long *)&only_cols) == 2 && only_rows > 0 &&
+                 only_cols > 0 && only_cols % 128 == 0)
+            i++;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB] [--no-probe]\n"
+                    "       [--format NAME] [--shape ROWSxCOLS (COLS a multiple of 128)] [--n N]\n",
+                    argv[0]);
             return 2;
         }
     }
     dr_pool *pool = dr_pool_create(threads);
     if (!pool) return 1;
-    double copy_gbs, read_gbs;
-    memory_bandwidth(&copy_gbs, &read_gbs);
     printf("drama bench_matmul  path=%s threads=%d weights=%s\n", dr_cpu_path_name(dr_cpu_best_path()),
            dr_pool_threads(pool), hot ? "hot (one copy, cache resident)" : "cold (rotating copies)");
-    printf("memory bandwidth (256 MiB, single thread): copy %.1f GB/s (read+write), read %.1f GB/s\n", copy_gbs,
-           read_gbs);
-    printf("memory bandwidth (1 GiB, %d threads): read %.1f GB/s\n\n", dr_pool_threads(pool), parallel_read_gbs(pool));
-    printf("%-10s %-12s %4s %10s %10s %10s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s");
-    const dr_wfmt fmts[] = {DR_WF_BF16, DR_WF_F16, DR_WF_FP8_BLOCK, DR_WF_NVFP4, DR_WF_AFFINE, DR_WF_F32};
+    if (probe) {
+        double copy_gbs, read_gbs;
+        memory_bandwidth(&copy_gbs, &read_gbs);
+        printf("memory bandwidth (256 MiB, single thread): copy %.1f GB/s (read+write), read %.1f GB/s\n", copy_gbs,
+               read_gbs);
+        printf("memory bandwidth (1 GiB, %d threads): read %.1f GB/s\n", dr_pool_threads(pool),
+               parallel_read_gbs(pool));
+    }
+    printf("\n%-10s %-12s %4s %10s %10s %10s %10s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s",
+           "Gweight/s");
     const int64_t shapes[3][2] = {{512, 2048}, {2048, 512}, {2048, 2048}};
     const int64_t ns[3] = {1, 8, 64};
-    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
-        for (int s = 0; s < 3; s++) {
+    int nshapes = only_rows ? 1 : 3;
+    for (size_t f = 0; f < sizeof g_fmts / sizeof g_fmts[0]; f++) {
+        if (only_fmt && strcmp(only_fmt, g_fmts[f].label)) continue;
+        for (int s = 0; s < nshapes; s++) {
+            int64_t rows = only_rows ? only_rows : shapes[s][0], cols = only_rows ? only_cols : shapes[s][1];
             bench_weight *bw = calloc(1, sizeof *bw);
-            if (!bw || make(bw, fmts[f], shapes[s][0], shapes[s][1], hot) != 0) return 1;
-            int64_t rows = shapes[s][0], cols = shapes[s][1];
+            if (!bw || make(bw, &g_fmts[f], rows, cols, hot) != 0) return 1;
             for (int ni = 0; ni < 3; ni++) {
-                int64_t n = ns[ni];
+                int64_t n = only_n ? only_n : ns[ni];
+                if (only_n && ni) break;
                 float *x = dr_alloc((size_t)(n * cols) * 4), *y = dr_alloc((size_t)(n * rows) * 4);
                 for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
                 dr_cpu_matmul(&bw->w[0], x, n, y, pool); /* warm-up */
-                long calls = 0;
-                double t0 = now_s(), t;
-                do {
-                    dr_cpu_matmul(&bw->w[calls % bw->copies], x, n, y, pool);
-                    calls++;
-                    t = now_s();
-                } while ((t - t0) * 1e3 < min_ms || calls < 3);
-                double ms = (t - t0) * 1e3 / (double)calls;
+                double ms = time_calls(bw, x, n, y, pool, min_ms);
                 char shape[32];
                 snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)rows, (long long)cols);
-                printf("%-10s %-12s %4lld %10.2f %10.3f %10.2f\n", fmt_label(fmts[f]), shape, (long long)n,
-                       (double)bw->bytes / 1e6, ms, (double)bw->bytes / (ms * 1e-3) / 1e9);
+                printf("%-10s %-12s %4lld %10.2f %10.3f %10.2f %10.2f\n", g_fmts[f].label, shape, (long long)n,
+                       (double)bw->bytes / 1e6, ms, (double)bw->bytes / (ms * 1e-3) / 1e9,
+                       (double)(rows * cols) / (ms * 1e-3) / 1e9);
                 fflush(stdout);
                 if (!isfinite(y[0])) fprintf(stderr, "warning: non-finite output\n");
                 dr_free(x);

@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 
-dr_cpu_path dr_cpu_best_path(void) {
+static dr_cpu_path detect_best_path(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
     /* avx2/fma through the compiler (it also checks the OS saves the AVX state); F16C from cpuid
@@ -23,6 +23,18 @@ dr_cpu_path dr_cpu_best_path(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return DR_CPU_AVX2;
 #endif
     return DR_CPU_PORTABLE;
+}
+
+dr_cpu_path dr_cpu_best_path(void) {
+    /* detected once: cpuid traps to the hypervisor in a VM (tens of us, measured on the dev box),
+     * far more than a small expert product costs. Racing first calls store the same value. */
+    static int best = -1;
+    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
+    if (b < 0) {
+        b = (int)detect_best_path();
+        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
+    }
+    return (dr_cpu_path)b;
 }
 
 const char *dr_cpu_path_name(dr_cpu_path p) {
