@@ -15,6 +15,7 @@
 
 #include "base/file.h"
 #include "cli/commands.h"
+#include "gen/pipeline.h"
 #include "io/codes_json.h"
 #include "io/rows_json.h"
 #include "model/config.h"
@@ -34,20 +35,6 @@ static void usage(FILE *f) {
 static int fail(const drama_error *err) {
     fprintf(stderr, "drama prompt: %s\n", err->message);
     return DR_EXIT_ERROR;
-}
-
-/* The prompt.* switches of the loaded config onto the text front end's options. */
-static void options_from_config(const dr_config *c, dr_prompt_options *o) {
-    dr_prompt_options_default(o);
-    const dr_switches *s = &c->sw;
-    if (s->prompt_plain_instruction) o->plain_instruction = s->prompt_plain_instruction;
-    if (s->prompt_reference_instruction) o->reference_instruction = s->prompt_reference_instruction;
-    if (s->prompt_reference_text_header) o->reference_text_header = s->prompt_reference_text_header;
-    if (s->prompt_reference_speech_header) o->reference_speech_header = s->prompt_reference_speech_header;
-    if (s->prompt_transcript_joiner) o->transcript_joiner = s->prompt_transcript_joiner;
-    o->reference_speaker_tags = s->prompt_reference_speaker_tags;
-    o->default_speaker_tag = s->prompt_default_speaker_tag;
-    o->system_without_reference = s->prompt_system_without_reference;
 }
 
 int cmd_prompt(int argc, char **argv) {
@@ -169,7 +156,7 @@ int cmd_prompt(int argc, char **argv) {
     }
 
     dr_prompt_options opt;
-    options_from_config(cfg, &opt);
+    dr_prompt_options_from_switches(&cfg->sw, &opt);
     if (dr_prompt_build(tok, &opt, n_codebooks, refs, n_codes, user_text, &rows, &err)) goto done;
     if (dr_rows_write(out_path, &rows, &err)) goto done;
     rc = DR_EXIT_OK;

@@ -38,4 +38,10 @@ typedef struct dr_phase_clock {
 void dr_phase_begin(dr_phase_clock *pc, drama_result *res, int phase);
 void dr_phase_end(dr_phase_clock *pc, drama_result *res);
 
+/* The prompt layout a model's prompt.* switches select (MODEL.md 10) over the defaults of
+ * text/prompt.h: the one mapping, used by the pipeline and by `drama prompt`. */
+struct dr_switches;
+struct dr_prompt_options;
+void dr_prompt_options_from_switches(const struct dr_switches *sw, struct dr_prompt_options *opt);
+
 #endif

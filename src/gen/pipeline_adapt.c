@@ -198,9 +198,8 @@ void dr_pl_refs_free(dr_pl_refs *r) {
 
 /* ---- text ---- */
 
-void dr_pl_prompt_options(const drama_model *m, dr_prompt_options *o) {
+void dr_prompt_options_from_switches(const dr_switches *sw, dr_prompt_options *o) {
     dr_prompt_options_default(o);
-    const dr_switches *sw = &m->cfg->sw;
     if (sw->prompt_plain_instruction) o->plain_instruction = sw->prompt_plain_instruction;
     if (sw->prompt_reference_instruction) o->reference_instruction = sw->prompt_reference_instruction;
     if (sw->prompt_reference_text_header) o->reference_text_header = sw->prompt_reference_text_header;

@@ -38,7 +38,6 @@ drama_status dr_pl_text_prepare(drama_model *m, const drama_request *req, dr_pl_
 void dr_pl_text_free(dr_pl_text *t);
 /* Fills out->batch from out->full (text already validated). */
 drama_status dr_pl_text_batches(drama_model *m, const drama_request *req, dr_pl_text *out, drama_error *err);
-void dr_pl_prompt_options(const drama_model *m, dr_prompt_options *opt);
 
 /* ---- codec ---- */
 drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err);

@@ -137,7 +137,7 @@ drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_g
 static drama_status build_prompt(dr_pl_gen *g, dr_prompt *pr, drama_model *m, const dr_pl_text *text, int first,
                                  int b, const dr_pl_refs *refs, int with_refs, drama_error *err) {
     dr_prompt_options opt;
-    dr_pl_prompt_options(m, &opt);
+    dr_prompt_options_from_switches(&m->cfg->sw, &opt);
     dr_reference r[16];
     int n = with_refs ? refs->n : 0;
     for (int i = 0; i < n; i++) {
