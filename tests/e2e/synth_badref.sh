@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Truncated reference clips: a WAV cut mid-data or mid-header fails before generation (exit 1, the
 # failure status for a bad file: docs/cli.md), naming the reference and the declared vs present
-# bytes, and publishes nothing; a streamed WAV (0xFFFFFFFF sizes) and one with a trailing LIST
-# chunk are accepted.
+# bytes, and publishes nothing (`drama codec encode` too); a streamed WAV (0xFFFFFFFF sizes) and
+# one with a trailing LIST chunk are accepted.
 set -euo pipefail
 . "$(dirname "$0")/synth_lib.bash"
 cd "$WORK"
@@ -34,6 +34,16 @@ bad_ref "cut mid-header" midheader.wav "header declares $size bytes but the file
 # the old e2e corrupt clip: 60 header bytes then noise
 { head -c 60 voice.wav; head -c 3000 /dev/zero | tr '\0' '\1'; } > noisy.wav
 bad_ref "header + foreign bytes" noisy.wav "truncated"
+
+# the same clip through `drama codec encode`: exit 1, the file named, no CODES.json
+set +e
+"$DRAMA_BIN" codec encode --codec "$MODEL" middata.wav -o enc.json 2>enc.log
+r=$?
+set -e
+[ $r -eq 1 ] || fail "codec encode of a cut WAV: exit $r, expected 1"
+[ ! -e enc.json ] || fail "codec encode of a cut WAV published enc.json"
+grep -q "middata.wav: the 'data' chunk" enc.log || fail "codec encode message: $(tail -1 enc.log)"
+ok "codec encode of a cut WAV: $(tail -1 enc.log)"
 
 le32() { local n=$1; printf "\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8 & 255)))\\x$(printf %02x $((n >> 16 & 255)))\\x$(printf %02x $((n >> 24 & 255)))"; }
 # a LIST INFO chunk after the data (tag editors add them), RIFF size updated
