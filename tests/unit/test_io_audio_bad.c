@@ -139,6 +139,7 @@ static void test_containers_half(void **state) {
         {"a.aifc", SF_FORMAT_AIFF | SF_FORMAT_FLOAT},      {"a.rf64", SF_FORMAT_RF64 | SF_FORMAT_PCM_24},
         {"x.wav", SF_FORMAT_WAVEX | SF_FORMAT_FLOAT},      {"a.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III},
         {"a.au", SF_FORMAT_AU | SF_FORMAT_PCM_16},          {"l.au", SF_FORMAT_AU | SF_FORMAT_FLOAT | SF_ENDIAN_LITTLE},
+        {"rifx.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16 | SF_ENDIAN_BIG},
     };
     float x[8000];
     for (int i = 0; i < 8000; i++) x[i] = 0.3f * (float)((i * 37 % 101) - 50) / 50.0f;
