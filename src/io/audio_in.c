@@ -86,13 +86,15 @@ static drama_status check_container(const byte_src *s, const char *label, drama_
     uint64_t pos = 12;
     for (int k = 0; k < 4096 && pos + 8 <= file; k++) {
         uint8_t c[8];
-        if (!src_read(s, pos, c, 8)) return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
+        if (!src_read(s, pos, c, 8))
+            return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
         char id[5] = {0};
         memcpy(id, c, 4);
         uint64_t size = get_u32(c + 4, big), room = file - pos - 8;
         if (rf64 && !strcmp(id, "ds64") && size >= 16 && room >= 16) { /* RF64: the real 64-bit sizes */
             uint8_t d[16];
-            if (!src_read(s, pos + 8, d, 16)) return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
+            if (!src_read(s, pos + 8, d, 16))
+                return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
             form_size = get_u64le(d), data_size64 = get_u64le(d + 8), have_ds64 = 1;
         }
         if (!strcmp(id, data_id)) {
