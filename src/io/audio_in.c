@@ -59,9 +59,38 @@ static uint64_t get_u64le(const uint8_t *p) { return get_u32(p + 4, 0) << 32 | g
 
 #define SIZE_UNKNOWN 0xFFFFFFFFu /* streaming writers' "runs to the end of the file" (RIFF) */
 
-/* libsndfile silently shortens a WAV/AIFF/AU whose sizes run past the end of the file (a truncated
- * download); walk the chunk headers (bounded) and refuse what the header promises but the file
- * lacks. Other containers pass through: compressed ones report truncation while decoding. */
+/* Sony Wave64: 16-byte GUID chunk ids, 64-bit little-endian sizes that count the 24-byte chunk
+ * header, chunks aligned to 8 bytes; the form size is the whole file's. */
+static drama_status check_w64(const byte_src *s, const char *label, drama_error *err) {
+    static const uint8_t riff_id[16] = {'r', 'i', 'f', 'f', 0x2E, 0x91, 0xCF, 0x11,
+                                        0xA5, 0xD6, 0x28, 0xDB, 0x04, 0xC1, 0x00, 0x00};
+    static const uint8_t data_id[16] = {'d', 'a', 't', 'a', 0xF3, 0xAC, 0xD3, 0x11,
+                                        0x8C, 0xD1, 0x00, 0xC0, 0x4F, 0x8E, 0xDB, 0x8A};
+    uint8_t h[24];
+    if (!src_read(s, 0, h, 24) || memcmp(h, riff_id, 16)) return DRAMA_OK;
+    uint64_t file = s->size, form_size = get_u64le(h + 16);
+    for (uint64_t pos = 40, k = 0; k < 4096 && pos + 24 <= file; k++) {
+        if (!src_read(s, pos, h, 24))
+            return dr_fail(err, DRAMA_EIO, "%s: read error at byte %llu", label, (unsigned long long)pos);
+        uint64_t size = get_u64le(h + 16);
+        if (size < 24 || size > file - pos) {
+            if (!memcmp(h, data_id, 16))
+                return dr_fail(err, DRAMA_EFORMAT, "%s: the W64 'data' chunk at byte %llu declares %llu bytes but the "
+                               "file holds only %llu from there (truncated file?)", label, (unsigned long long)pos,
+                               (unsigned long long)size, (unsigned long long)(file - pos));
+            break;
+        }
+        if (!memcmp(h, data_id, 16)) break;
+        pos += (size + 7) & ~(uint64_t)7;
+    }
+    if (form_size <= file) return DRAMA_OK;
+    return dr_fail(err, DRAMA_EFORMAT, "%s: the W64 header declares %llu bytes but the file has %llu (truncated file?)",
+                   label, (unsigned long long)form_size, (unsigned long long)file);
+}
+
+/* libsndfile silently shortens a WAV/AIFF/AU/W64 whose sizes run past the end of the file (a
+ * truncated download); walk the chunk headers (bounded) and refuse what the header promises but
+ * the file lacks. Other containers pass through: compressed ones report truncation while decoding. */
 static drama_status check_container(const byte_src *s, const char *label, drama_error *err) {
     uint8_t h[12];
     if (!src_read(s, 0, h, 12)) return DRAMA_OK;
@@ -73,6 +102,7 @@ static drama_status check_container(const byte_src *s, const char *label, drama_
                        "holds only %llu there (truncated file?)", label, (unsigned long long)size,
                        (unsigned long long)off, (unsigned long long)(s->size - off));
     }
+    if (!memcmp(h, "riff", 4)) return check_w64(s, label, err);
     int riff = !memcmp(h + 8, "WAVE", 4) && (!memcmp(h, "RIFF", 4) || !memcmp(h, "RIFX", 4) ||
                                              !memcmp(h, "RF64", 4) || !memcmp(h, "BW64", 4));
     int aiff = !memcmp(h, "FORM", 4) && (!memcmp(h + 8, "AIFF", 4) || !memcmp(h + 8, "AIFC", 4));

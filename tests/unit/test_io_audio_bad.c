@@ -1,4 +1,4 @@
-/* Truncated and odd-but-valid reference audio (audio_in.h): a WAV/AIFF/RF64 cut anywhere is an
+/* Truncated and odd-but-valid reference audio (audio_in.h): a WAV/AIFF/W64 cut anywhere is an
  * error naming the file and the declared vs present bytes, never a silently shorter clip; streaming
  * "unknown length" sizes, extra chunks and trailing bytes still load every sample. */
 #include <setjmp.h>
@@ -139,7 +139,7 @@ static void test_containers_half(void **state) {
         {"a.aifc", SF_FORMAT_AIFF | SF_FORMAT_FLOAT},      {"a.rf64", SF_FORMAT_RF64 | SF_FORMAT_PCM_24},
         {"x.wav", SF_FORMAT_WAVEX | SF_FORMAT_FLOAT},      {"a.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III},
         {"a.au", SF_FORMAT_AU | SF_FORMAT_PCM_16},          {"l.au", SF_FORMAT_AU | SF_FORMAT_FLOAT | SF_ENDIAN_LITTLE},
-        {"rifx.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16 | SF_ENDIAN_BIG},
+        {"rifx.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16 | SF_ENDIAN_BIG}, {"a.w64", SF_FORMAT_W64 | SF_FORMAT_PCM_16},
     };
     float x[8000];
     for (int i = 0; i < 8000; i++) x[i] = 0.3f * (float)((i * 37 % 101) - 50) / 50.0f;
@@ -176,30 +176,34 @@ static void test_containers_half(void **state) {
     tu_rm_rf(dir);
 }
 
-/* AIFF cut anywhere through memory: refused. */
-static void test_aiff_cut_anywhere(void **state) {
+/* Stereo AIFF and W64 cut anywhere through memory: refused. */
+static void test_aiff_w64_cut_anywhere(void **state) {
     (void)state;
     const char *dir = tu_tmpdir();
-    char path[512];
-    snprintf(path, sizeof path, "%s/c.aiff", dir);
-    SF_INFO info = {.samplerate = 44100, .channels = 2, .format = SF_FORMAT_AIFF | SF_FORMAT_PCM_16};
-    SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
-    assert_non_null(sf);
-    short x[2 * 50];
-    for (int i = 0; i < 100; i++) x[i] = (short)(i * 300 - 15000);
-    assert_int_equal(sf_writef_short(sf, x, 50), 50);
-    sf_close(sf);
-    size_t len;
-    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
-    float *y = NULL;
-    int64_t n = 0;
-    drama_error e = {0};
-    if (dr_audio_read_memory(bytes, len, "c.aiff", NULL, &y, &n, &e)) fail_msg("%s", e.message);
-    assert_int_equal(n, 50);
-    free(y);
-    for (size_t cut = 1; cut < len; cut++) expect_error(bytes, cut, "c.aiff", NULL);
-    printf("AIFF: %zu bytes load, all shorter cuts refused\n", len);
-    free(bytes);
+    static const struct { const char *name; int format; } kinds[] = {
+        {"c.aiff", SF_FORMAT_AIFF | SF_FORMAT_PCM_16}, {"c.w64", SF_FORMAT_W64 | SF_FORMAT_PCM_16}};
+    for (int k = 0; k < 2; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, kinds[k].name);
+        SF_INFO info = {.samplerate = 44100, .channels = 2, .format = kinds[k].format};
+        SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
+        assert_non_null(sf);
+        short x[2 * 50];
+        for (int i = 0; i < 100; i++) x[i] = (short)(i * 300 - 15000);
+        assert_int_equal(sf_writef_short(sf, x, 50), 50);
+        sf_close(sf);
+        size_t len;
+        uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
+        float *y = NULL;
+        int64_t n = 0;
+        drama_error e = {0};
+        if (dr_audio_read_memory(bytes, len, kinds[k].name, NULL, &y, &n, &e)) fail_msg("%s", e.message);
+        assert_int_equal(n, 50);
+        free(y);
+        for (size_t cut = 1; cut < len; cut++) expect_error(bytes, cut, kinds[k].name, NULL);
+        printf("%s: %zu bytes load, all shorter cuts refused\n", kinds[k].name, len);
+        free(bytes);
+    }
     tu_rm_rf(dir);
 }
 
@@ -251,7 +255,7 @@ int main(void) {
         cmocka_unit_test(test_wav_cut_anywhere),
         cmocka_unit_test(test_wav_valid_variants),
         cmocka_unit_test(test_containers_half),
-        cmocka_unit_test(test_aiff_cut_anywhere),
+        cmocka_unit_test(test_aiff_w64_cut_anywhere),
         cmocka_unit_test(test_stdin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
