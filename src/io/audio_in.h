@@ -3,8 +3,9 @@
  * the channels), resampled with soxr (very high quality) to the target rate when it differs.
  * No normalisation, trimming or dithering. Errors name the source and the reason: unreadable or
  * unsupported file, zero samples, non-finite samples, duration above the cap, a truncated file
- * (a WAV/AIFF/RF64/AU/W64 chunk or form size past the end of the file, fewer frames decoded than the
- * header states). A RIFF data size of 0xFFFFFFFF (streaming writers) means "to the end". */
+ * (a WAV/AIFF/RF64/AU/W64 chunk or form size past the end of the file, fewer frames decoded
+ * than the header states). A RIFF data size of 0xFFFFFFFF (streaming writers) means "to the
+ * end". Path "-" is stdin (a pipe has no size to check: it reads to its end). */
 #ifndef DRAMA_IO_AUDIO_IN_H
 #define DRAMA_IO_AUDIO_IN_H
 
