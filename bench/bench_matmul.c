@@ -1,13 +1,14 @@
 /* bench_matmul - CPU matmul throughput per stored format, against the machine's memory bandwidth.
  *
  * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB] [--format NAME] [--shape RxC]
- *                     [--n N]
+ *                     [--n N] [--calls C]
  * Weights rotate over enough copies to exceed the last-level cache (512 MiB by default; --hot: one
  * copy, cache resident), as in decoding, where every expert matrix is read once per token. GB/s counts the
  * stored weight bytes (codes + scales + biases) read per call. The bandwidth line is a
  * STREAM-like copy (bytes read + written) and a read-only sum over 256 MiB buffers. --format,
  * --shape and --n run only the matching rows (e.g. `--hot --shape 64x2048`: L2-resident weights,
- * which measures the decode loop alone). */
+ * which measures the decode loop alone). --calls C makes exactly C calls per sample instead of timing
+ * (fixed work for `valgrind --tool=callgrind --toggle-collect=dr_cpu_matmul_path`). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,6 +277,8 @@ static void release(bench_weight *bw) {
 
 /* Median ms per call over 5 samples of at least min_ms / 5 each (the median resists the other
  * jobs of a shared machine better than the mean). */
+static long g_fixed_calls = 0; /* --calls */
+
 static double time_calls(const bench_weight *bw, const float *x, int64_t n, float *y, dr_pool *pool, double min_ms) {
     double ms[5];
     long calls = 0;
@@ -286,7 +289,7 @@ static double time_calls(const bench_weight *bw, const float *x, int64_t n, floa
             dr_cpu_matmul(&bw->w[calls % bw->copies], x, n, y, pool);
             calls++;
             t = now_s();
-        } while ((t - t0) * 1e3 < min_ms / 5 || calls - c0 < 2);
+        } while (g_fixed_calls ? calls - c0 < g_fixed_calls : (t - t0) * 1e3 < min_ms / 5 || calls - c0 < 2);
         ms[s] = (t - t0) * 1e3 / (double)(calls - c0);
     }
     for (int i = 1; i < 5; i++) /* insertion sort of five */
@@ -311,6 +314,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cold-mib") && i + 1 < argc) g_cold_bytes = (size_t)atol(argv[++i]) << 20;
         else if (!strcmp(argv[i], "--format") && i + 1 < argc) only_fmt = argv[++i];
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) only_n = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--calls") && i + 1 < argc) g_fixed_calls = atol(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
                  sscanf(argv[i + 1], "%ldx%ld", (long *)&only_rows, (long *)&only_cols) == 2 && only_rows > 0 &&
                  only_cols > 0 && only_cols % 128 == 0)
@@ -318,7 +322,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--min-ms MS] [--hot] [--cold-mib MIB] [--no-probe]\n"
-                    "       [--format NAME] [--shape ROWSxCOLS (COLS a multiple of 128)] [--n N]\n",
+                    "       [--format NAME] [--shape ROWSxCOLS (COLS a multiple of 128)] [--n N] [--calls C]\n",
                     argv[0]);
             return 2;
         }

@@ -38,16 +38,19 @@ TGT static inline __m256 e4m3x8(__m256i b) {
     return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
 }
 
-/* any code 0x7F / 0xFF (NaN) in n bytes */
+/* any code 0x7F / 0xFF (NaN) in n bytes: the largest low-7-bit value is 0x7F */
 TGT static int e4m3_row_has_nan(const uint8_t *p, int64_t n) {
     const __m256i m7f = _mm256_set1_epi8(0x7F);
-    __m256i any = _mm256_setzero_si256();
+    __m256i mx = _mm256_setzero_si256();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7f);
-        any = _mm256_or_si256(any, _mm256_cmpeq_epi8(v, m7f));
+    for (; i + 64 <= n; i += 64) {
+        __m256i v0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7f);
+        __m256i v1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32)), m7f);
+        mx = _mm256_max_epu8(mx, _mm256_max_epu8(v0, v1));
     }
-    int found = _mm256_movemask_epi8(any) != 0;
+    for (; i + 32 <= n; i += 32)
+        mx = _mm256_max_epu8(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7f));
+    int found = _mm256_movemask_epi8(_mm256_cmpeq_epi8(mx, m7f)) != 0;
     for (; i < n; i++) found |= (p[i] & 0x7F) == 0x7F;
     return found;
 }
@@ -68,8 +71,51 @@ TGT static inline __m256 e2m1x8(__m256i code) {
     return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
 }
 
+/* NVFP4 block table: lane i < 8 holds (e2m1(i) * s) * g, the reference's two products for the
+ * positive code i, XOR (i << 28). XOR-ing a code placed at bits 28..31 (nibble << 28, zeros below)
+ * then cancels the index bits and applies the code's sign bit: -(a) is the reference's product for
+ * the negative code whenever it is not NaN (callers fall back when g is not finite or a block
+ * scale is a NaN code, the only ways to get a NaN). */
+TGT static inline __m256 nvfp4_table(uint8_t scale_code, __m256 vg) {
+    const __m256 mags = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i idx_bits = _mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28, 6 << 28, 7 << 28);
+    __m256 t = _mm256_mul_ps(_mm256_mul_ps(mags, _mm256_set1_ps(dr_ue4m3_to_f32(scale_code))), vg);
+    return _mm256_xor_ps(t, _mm256_castsi256_ps(idx_bits));
+}
+
+/* eight NVFP4 values of a little-endian word through a block table (nvfp4_table) */
+TGT static inline __m256 nvfp4x8(uint32_t word, __m256 table) {
+    __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    __m256 mag = _mm256_permutevar8x32_ps(table, v); /* uses the low 3 bits */
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(v, 28)));
+}
+
+TGT static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* the table path's condition (nvfp4_table): finite global scale, no NaN block scale in the row */
+TGT static int nvfp4_row_tables_exact(const dr_weight *w, const uint8_t *srow) {
+    return isfinite(w->global_scale) && !e4m3_row_has_nan(srow, w->scale_cols);
+}
+
+/* Affine groups whose scales are BF16/F16: s * q is exact in fp32 (at most 8 + 8 or 11 + 8
+ * significant bits, subnormal scales included) unless it overflows, so the reference's
+ * round(round(s * q) + b) equals fma(s, q, b). |s| <= 2^100 rules out overflow (and NaN). */
+static int affine_fma_exact(const dr_weight *w, const float *sv, int cnt) {
+    if (w->scale_dtype == DR_DT_F32) return 0;
+    for (int i = 0; i < cnt; i++)
+        if (!(fabsf(sv[i]) <= 0x1p100f)) return 0;
+    return 1;
+}
+
+/* cnt scale (or bias) values from index i0 of an F32/BF16/F16 array, the dtype switch hoisted */
 static void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, float *out) {
-    if (dt == DR_DT_BF16) {
+    if (dt == DR_DT_F32) {
+        memcpy(out, base + 4 * i0, (size_t)cnt * 4);
+    } else if (dt == DR_DT_BF16) {
         for (int i = 0; i < cnt; i++) {
             uint16_t h;
             memcpy(&h, base + 2 * (i0 + i), 2);
@@ -145,7 +191,15 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
     case DR_WF_NVFP4: {
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         __m256 g = _mm256_set1_ps(w->global_scale);
-        for (int64_t c = 0; c < cols; c += 16) { /* cols % 16 == 0 is checked at bind */
+        if (nvfp4_row_tables_exact(w, srow)) {
+            for (int64_t c = 0; c < cols; c += 16) { /* cols % 16 == 0 is checked at bind */
+                __m256 t = nvfp4_table(srow[c / 16], g);
+                _mm256_storeu_ps(out + c, nvfp4x8(load_u32(row + c / 2), t));
+                _mm256_storeu_ps(out + c + 8, nvfp4x8(load_u32(row + c / 2 + 4), t));
+            }
+            return;
+        }
+        for (int64_t c = 0; c < cols; c += 16) {
             __m256 s = _mm256_set1_ps(dr_ue4m3_to_f32(srow[c / 16]));
             __m256 lo = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2)), s);
             __m256 hi = _mm256_mul_ps(e2m1x8(nibbles8(row + c / 2 + 4)), s);
@@ -158,18 +212,21 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
         int64_t sbase = r * w->scale_cols;
         int64_t g = w->group; /* 32, 64 or 128: a multiple of 8 */
         float sv[64], bv[64];
+        int fma_ok = 0;
         for (int64_t gi = 0, c0 = 0; c0 < cols; gi++, c0 += g) { /* no division per group */
             if ((gi & 63) == 0) { /* scales and biases of the next 64 groups, the dtype switch hoisted */
                 int cnt = w->scale_cols - gi < 64 ? (int)(w->scale_cols - gi) : 64;
                 load_scales(w->scales, w->scale_dtype, sbase + gi, cnt, sv);
                 load_scales(w->biases, w->scale_dtype, sbase + gi, cnt, bv);
+                fma_ok = affine_fma_exact(w, sv, cnt);
             }
             __m256 s = _mm256_set1_ps(sv[gi & 63]);
             __m256 b = _mm256_set1_ps(bv[gi & 63]);
             for (int64_t c = c0; c < c0 + g; c += 8) {
                 __m256i q = w->bits == 4 ? nibbles8(row + c / 2) : load8_u8(row + c);
-                /* mul then add (no fma): the reference's two roundings */
-                __m256 v = _mm256_add_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(q)), b);
+                /* the reference's two roundings: one fma where s * q is exact, else mul then add */
+                __m256 qf = _mm256_cvtepi32_ps(q);
+                __m256 v = fma_ok ? _mm256_fmadd_ps(s, qf, b) : _mm256_add_ps(_mm256_mul_ps(s, qf), b);
                 _mm256_storeu_ps(out + c, v);
             }
         }
@@ -290,7 +347,17 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         float g = w->global_scale;
         const __m256 vg = _mm256_set1_ps(g);
-        for (int64_t k = 0; k < body; k += 32) {
+        int tables = nvfp4_row_tables_exact(w, srow);
+        for (int64_t k = 0; tables && k < body; k += 32) {
+            /* two blocks of 16: one table each, then per 8 codes srlv, permute, shift, xor, fma */
+            __m256 t0 = nvfp4_table(srow[k / 16], vg), t1 = nvfp4_table(srow[k / 16 + 1], vg);
+            const uint8_t *p = row + k / 2;
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), nvfp4x8(load_u32(p), t0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), nvfp4x8(load_u32(p + 4), t0), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), nvfp4x8(load_u32(p + 8), t1), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), nvfp4x8(load_u32(p + 12), t1), a3);
+        }
+        for (int64_t k = 0; !tables && k < body; k += 32) {
             /* (e2m1 * s) is exact, then * g: the reference's single rounding */
             __m256 s0 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16]));
             __m256 s1 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16 + 1]));
@@ -312,23 +379,40 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     }
     if (w->fmt == DR_WF_AFFINE) { /* groups of 32/64/128: every 32-chunk lies in one group, no tail */
         int64_t sbase = r * w->scale_cols, g = w->group;
+        int lg = g == 32 ? 5 : g == 64 ? 6 : 7;
         float sv[64], bv[64];
-        for (int64_t gi = 0, c0 = 0; c0 < cols; gi++, c0 += g) {
-            if ((gi & 63) == 0) {
-                int cnt = w->scale_cols - gi < 64 ? (int)(w->scale_cols - gi) : 64;
-                load_scales(w->scales, w->scale_dtype, sbase + gi, cnt, sv);
-                load_scales(w->biases, w->scale_dtype, sbase + gi, cnt, bv);
-            }
-            __m256 sc = _mm256_set1_ps(sv[gi & 63]), bi = _mm256_set1_ps(bv[gi & 63]);
-            for (int64_t k = c0; k < c0 + g; k += 32) {
-#define AF8(j) _mm256_add_ps(_mm256_mul_ps(sc, _mm256_cvtepi32_ps(w->bits == 4 ? nibbles8(row + (k + 8 * (j)) / 2) \
-                                                                             : load8_u8(row + k + 8 * (j)))), bi)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), AF8(0), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), AF8(1), a1);
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), AF8(2), a2);
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), AF8(3), a3);
-#undef AF8
-            }
+        /* spans of up to 64 groups: scales and biases loaded once, then one flat loop over the
+         * span's columns per (bits, exactness) case, so no branch or loop setup runs per group */
+        for (int64_t gi = 0; gi < w->scale_cols; gi += 64) {
+            int cnt = w->scale_cols - gi < 64 ? (int)(w->scale_cols - gi) : 64;
+            load_scales(w->scales, w->scale_dtype, sbase + gi, cnt, sv);
+            load_scales(w->biases, w->scale_dtype, sbase + gi, cnt, bv);
+            int fma_ok = affine_fma_exact(w, sv, cnt);
+            int64_t c0 = gi << lg, span = (int64_t)cnt << lg;
+            const uint8_t *ps = row + (size_t)c0 * (size_t)w->bits / 8; /* the span's codes */
+            const float *xs = x + c0;
+#define AF_LOOP(Q8, SH, DEQ) /* SH: log2(8 / bits) */                                     \
+    for (int64_t k = 0; k < span; k += 32) {                                                  \
+        const uint8_t *pk = ps + (k >> (SH));                                                 \
+        __m256 sc = _mm256_broadcast_ss(sv + (k >> lg)), bi = _mm256_broadcast_ss(bv + (k >> lg)); \
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k), DEQ(Q8(0)), a0);                        \
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 8), DEQ(Q8(1)), a1);                    \
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 16), DEQ(Q8(2)), a2);                   \
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 24), DEQ(Q8(3)), a3);                   \
+    }
+#define Q4(j) _mm256_cvtepi32_ps(nibbles8(pk + 4 * (j)))
+#define Q8(j) _mm256_cvtepi32_ps(load8_u8(pk + 8 * (j)))
+#define DEQ_FMA(q) _mm256_fmadd_ps(sc, q, bi)
+#define DEQ_MUL_ADD(q) _mm256_add_ps(_mm256_mul_ps(sc, q), bi)
+            if (w->bits == 4 && fma_ok) AF_LOOP(Q4, 1, DEQ_FMA)
+            else if (w->bits == 4) AF_LOOP(Q4, 1, DEQ_MUL_ADD)
+            else if (fma_ok) AF_LOOP(Q8, 0, DEQ_FMA)
+            else AF_LOOP(Q8, 0, DEQ_MUL_ADD)
+#undef AF_LOOP
+#undef Q4
+#undef Q8
+#undef DEQ_FMA
+#undef DEQ_MUL_ADD
         }
         *y = hsum_canonical(a0, a1, a2, a3);
         return 1;
@@ -339,20 +423,18 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     if (!per_tensor && bc % 32 != 0) return 0;
     int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
     int64_t nsc = per_tensor ? 1 : w->scale_cols;
-    for (int64_t b = 0; b < nsc; b++) {
-        float s = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + b);
-        if (!(fabsf(s) < 0x1p7f)) return 0;
-    }
     if (e4m3_row_has_nan(row, cols)) return 0;
     const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
     float sv[64];
-    /* block by block (no division in the loop); scales fetched 64 blocks at a time */
-    for (int64_t c0 = 0; c0 < body; c0 += bc) {
-        int64_t bi = c0 / bc;
+    /* block by block (no division in the loop); scales fetched and checked 64 blocks at a time
+     * (the tail after body uses the scalar reference product, exact for any scale) */
+    for (int64_t c0 = 0, bi = 0; c0 < body; c0 += bc, bi++) {
         if (per_tensor) sv[0] = w->global_scale;
         else if ((bi & 63) == 0)
             load_scales(w->scales, w->scale_dtype, sbase + bi, nsc - bi < 64 ? (int)(nsc - bi) : 64, sv);
-        __m256 vs = _mm256_set1_ps(sv[per_tensor ? 0 : bi & 63] * 0x1p120f);
+        float s = sv[per_tensor ? 0 : bi & 63];
+        if (!(fabsf(s) < 0x1p7f)) return 0; /* nothing written yet */
+        __m256 vs = _mm256_set1_ps(s * 0x1p120f);
         int64_t c1 = c0 + bc < body ? c0 + bc : body;
         for (int64_t k = c0; k < c1; k += 32) {
 #define E8(j) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8(row + k + 8 * (j)), 20), \
