@@ -393,7 +393,7 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
         for (int64_t i = 0; i < np * Dq; i++) kk[i] = 0.0f;
     if (kind == X_NONFINITE) {
         if (H > 1) q[hd + 1] = NAN;                 /* head 1 of query 0 */
-        if (np > 1) vv[(n_prev + 1) * Dq] = NAN;    /* seen only by queries whose window holds it */
+        vv[np / 2 * Dq] = NAN;                      /* seen only by queries whose window holds it */
     }
     double scale = 1 / sqrt((double)hd);
     for (int64_t t = 0; t < L; t++)
