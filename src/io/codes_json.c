@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/alloc.h"
 #include "base/file.h"
 #include "io/json_matrix.h"
 #include "io/rows_json.h"
@@ -15,12 +14,10 @@ drama_status dr_codes_create(dr_codes *out, int64_t n_frames, int64_t n_codebook
     if (n_frames < 0 || n_codebooks < 1)
         return dr_fail(err, DRAMA_EINVAL, "codes: invalid shape %lld frames x %lld codebooks", (long long)n_frames,
                        (long long)n_codebooks);
-    size_t count;
-    if (!dr_mul_size((size_t)n_frames, (size_t)n_codebooks, &count) || count > (size_t)1 << 40)
-        return dr_fail(err, DRAMA_ENOMEM, "codes: %lld frames x %lld codebooks too large", (long long)n_frames,
-                       (long long)n_codebooks);
-    out->data = calloc(count ? count : 1, sizeof(int32_t));
-    if (!out->data) return dr_fail(err, DRAMA_ENOMEM, "codes: out of memory (%zu values)", count);
+    out->data = dr_int_matrix_alloc(n_frames, n_codebooks);
+    if (!out->data)
+        return dr_fail(err, DRAMA_ENOMEM, "codes: %lld frames x %lld codebooks too large or out of memory",
+                       (long long)n_frames, (long long)n_codebooks);
     out->n_frames = n_frames;
     out->n_codebooks = n_codebooks;
     return DRAMA_OK;

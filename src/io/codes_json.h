@@ -34,7 +34,7 @@ drama_status dr_codes_parse(const char *json, size_t len, const char *label, int
 drama_status dr_codes_read(const char *path, int64_t n_codebooks, const int32_t *upper, dr_codes *out,
                            drama_error *err);
 
-/* Check an in-memory matrix against bounds (same messages as the parser; label names it). */
+/* Check an in-memory matrix against bounds (messages name the frame and codebook, as the parser's do; label names it). */
 drama_status dr_codes_check(const dr_codes *codes, const int32_t *upper, const char *label, drama_error *err);
 
 /* Write as CODES.json, one frame per line. */

@@ -6,6 +6,13 @@
 
 #include "base/alloc.h"
 
+int32_t *dr_int_matrix_alloc(int64_t n_rows, int64_t n_cols) {
+    size_t count;
+    if (n_rows < 0 || n_cols < 0 || !dr_mul_size((size_t)n_rows, (size_t)n_cols, &count) || count > (size_t)1 << 40)
+        return NULL;
+    return calloc(count ? count : 1, sizeof(int32_t));
+}
+
 /* "codebook 3" or "token": what column c holds, for messages. */
 static const char *column_name(const dr_json_matrix_spec *s, int64_t c, char *buf, size_t n) {
     if (s->token_column && c == 0) return "token";
@@ -43,8 +50,7 @@ drama_status dr_json_matrix_parse(const char *json, size_t len, const char *labe
         }
     }
     if (width > 0) {
-        size_t count;
-        if (!dr_mul_size((size_t)n_rows, (size_t)width, &count) || !(data = calloc(count ? count : 1, sizeof *data))) {
+        if (!(data = dr_int_matrix_alloc(n_rows, width))) {
             st = dr_fail(err, DRAMA_ENOMEM, "%s: out of memory (%lld x %lld values)", label, (long long)n_rows,
                          (long long)width);
             goto done;

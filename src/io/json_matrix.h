@@ -17,6 +17,10 @@ typedef struct dr_json_matrix_spec {
     const int32_t *upper; /* `width` exclusive bounds, one per column; NULL: 0..INT32_MAX */
 } dr_json_matrix_spec;
 
+/* A zeroed n_rows x n_cols int32 matrix (calloc'd, never NULL for an empty one); NULL when the
+ * shape is negative, over 2^40 values, or memory runs out. Behind dr_rows_create and dr_codes_create. */
+int32_t *dr_int_matrix_alloc(int64_t n_rows, int64_t n_cols);
+
 /* Parse `json` (`label` names it in messages). On success *data holds n_rows * n_cols values,
  * row-major (calloc'd, free with free(); NULL when n_cols is 0: no rows and no width given), and
  * *root is the parsed document for the caller's other members (json_decref it). On failure

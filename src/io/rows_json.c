@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/alloc.h"
 #include "base/file.h"
 #include "io/json_matrix.h"
 
@@ -17,12 +16,10 @@ drama_status dr_rows_create(dr_rows *out, int64_t n_rows, int64_t n_cols, drama_
     if (n_rows < 0 || n_cols < 1)
         return dr_fail(err, DRAMA_EINVAL, "rows: invalid matrix shape %lld x %lld", (long long)n_rows,
                        (long long)n_cols);
-    size_t count;
-    if (!dr_mul_size((size_t)n_rows, (size_t)n_cols, &count) || count > (size_t)1 << 40)
-        return dr_fail(err, DRAMA_ENOMEM, "rows: matrix %lld x %lld too large", (long long)n_rows,
+    out->data = dr_int_matrix_alloc(n_rows, n_cols);
+    if (!out->data)
+        return dr_fail(err, DRAMA_ENOMEM, "rows: matrix %lld x %lld too large or out of memory", (long long)n_rows,
                        (long long)n_cols);
-    out->data = calloc(count ? count : 1, sizeof(int32_t));
-    if (!out->data) return dr_fail(err, DRAMA_ENOMEM, "rows: out of memory (%zu values)", count);
     out->n_rows = n_rows;
     out->n_cols = n_cols;
     out->prefill = n_rows;

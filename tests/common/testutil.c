@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "base/file.h"
 #include "io/safetensors.h"
 
 const char *tu_golden(const char *rel) {
@@ -155,25 +157,25 @@ void tu_write_file(const char *path, const void *data, size_t n) {
 }
 
 char *tu_read_file(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) fail_msg("cannot open %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
-    size_t got;
-    while (buf && (got = fread(buf + len, 1, cap - len, fp)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(fp);
-    if (!buf) fail_msg("out of memory reading %s", path);
-    buf[len] = 0;
+    char *buf;
+    size_t len;
+    drama_error err = {0};
+    if (dr_read_file(path, DR_FILE_MAX_BYTES, &buf, &len, &err)) fail_msg("%s", err.message);
     if (n) *n = len;
     return buf;
+}
+
+float *tu_forward_logits(const char *bin, const char *dir, const char *model, const char *rows, const char *tag,
+                         int64_t *n) {
+    char out[4300], cmd[16384];
+    snprintf(out, sizeof out, "%s/%s.out.safetensors", dir, tag);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' --threads 2", bin, model, rows, out);
+    int rc = system(cmd);
+    if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) fail_msg("%s: failed (status %d)", cmd, rc);
+    float *l = tu_load_f32(out, "logits", n);
+    for (int64_t i = 0; i < *n; i++)
+        if (!isfinite(l[i])) fail_msg("%s: logit %lld is not finite", out, (long long)i);
+    return l;
 }
 
 /* A text file of at most 4 KiB whose whole content is a relative path (no NUL/newline) that

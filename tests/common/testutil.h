@@ -44,5 +44,9 @@ int tu_rm_rf(const char *path);
 void tu_write_file(const char *path, const void *data, size_t n);
 /* Read a whole file (malloc'd, NUL-terminated); fails the test on error. */
 char *tu_read_file(const char *path, size_t *n);
+/* `bin forward` of `model` on ROWS.json `rows`, dumped to dir/<tag>.out.safetensors: its logits
+ * (malloc'd, *n values). A failing command or a non-finite logit fails the test. */
+float *tu_forward_logits(const char *bin, const char *dir, const char *model, const char *rows, const char *tag,
+                         int64_t *n);
 
 #endif

@@ -127,16 +127,6 @@ static void convert(const char *src, const char *dir_q, const char *dir_f) {
     printf("converted %d expert matrices to %d-bit affine, group %d\n", converted, BITS, GROUP);
 }
 
-static float *forward(const char *dir, const char *model, const char *rows, const char *tag, int64_t *n) {
-    char out[4300], cmd[16384];
-    snprintf(out, sizeof out, "%s/%s.out.safetensors", dir, tag);
-    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' --threads 2", bin(), model, rows, out);
-    assert_int_equal(run_cmd(cmd), 0);
-    float *l = tu_load_f32(out, "logits", n);
-    for (int64_t i = 0; i < *n; i++) assert_true(isfinite(l[i]));
-    return l;
-}
-
 static void test_affine8_model(void **s) {
     (void)s;
     if (!bin()) {
@@ -183,9 +173,9 @@ static void test_affine8_model(void **s) {
     fprintf(fp, "], \"prefill\": 5}\n");
     fclose(fp);
     int64_t na, nb, ns;
-    float *a = forward(dir, dq, rows, "affine8", &na);
-    float *b = forward(dir, df, rows, "deq_f32", &nb);
-    float *o = forward(dir, src, rows, "bf16", &ns);
+    float *a = tu_forward_logits(bin(), dir, dq, rows, "affine8", &na);
+    float *b = tu_forward_logits(bin(), dir, df, rows, "deq_f32", &nb);
+    float *o = tu_forward_logits(bin(), dir, src, rows, "bf16", &ns);
     assert_int_equal(na, nb);
     assert_int_equal(na, ns);
     double d_ab = 0, d_src = 0;

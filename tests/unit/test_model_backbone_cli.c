@@ -246,16 +246,6 @@ static void test_forward_errors(void **s) {
 /* Other shapes (non-square, 2:1 GQA, 3:1 DeltaNet heads, conv 3, interval 3) through
  * `drama make-model --shape custom`: every format binds and runs, fused == per-expert bit for bit,
  * and prefill of all rows == prefill + decode steps bit for bit. */
-static float *run_forward(const char *dir, const char *model, const char *rows, const char *tag, int64_t *n) {
-    char out[4300], cmd[16384];
-    snprintf(out, sizeof out, "%s/%s.out.safetensors", dir, tag);
-    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --rows '%s' --dump '%s' --threads 2", bin(), model, rows, out);
-    assert_int_equal(run_cmd(cmd), 0);
-    float *l = tu_load_f32(out, "logits", n);
-    for (int64_t i = 0; i < *n; i++) assert_true(isfinite(l[i]));
-    return l;
-}
-
 static void test_other_shapes(void **s) {
     (void)s;
     if (!bin()) return;
@@ -324,10 +314,10 @@ static void test_other_shapes(void **s) {
             assert_int_equal(rename(from, to), 0);
         }
         int64_t n1, n2;
-        float *a = run_forward(dir, mdir, rows, variants[v].tag, &n1);
+        float *a = tu_forward_logits(bin(), dir, mdir, rows, variants[v].tag, &n1);
         char tag[64];
         snprintf(tag, sizeof tag, "%s_all", variants[v].tag);
-        float *b = run_forward(dir, mdir, rows_all, tag, &n2);
+        float *b = tu_forward_logits(bin(), dir, mdir, rows_all, tag, &n2);
         assert_int_equal(n1, n2);
         assert_memory_equal(a, b, (size_t)n1 * sizeof(float)); /* prefill == prefill + steps */
         int same = variants[v].same_as;
