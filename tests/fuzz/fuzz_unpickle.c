@@ -41,6 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (dr_codec_config_parse((const char *)data, size, "fuzz.json", &c, &err) == DRAMA_OK &&
             dr_codec_config_validate(&c, &err) == DRAMA_OK)
             dr_codec_expected(&c, count, &n, &err);
+        else if (!err.message[0])
+            abort(); /* a refused codec.json names its cause */
         return 0;
     }
     dr_pk_limits lim = {.max_values = 1 << 16, .max_stack = 1 << 12, .max_memo = 1 << 14};
