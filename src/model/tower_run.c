@@ -1,6 +1,7 @@
 /* tower_run.c - the tower's arithmetic (TOWER-H1.md "One layer"), teacher-forced and generating.
  * Activations fp32; sums of squares and attention weights accumulate in double so the result
- * does not depend on how rows are grouped. Row i of every product depends only on row i of its
+ * does not depend on how rows are grouped. Norms (w carries tower.norm_offset), RoPE, attention
+ * and SwiGLU are the ops of backend/cpu/ops.h. Row i of every product depends only on row i of its
  * input (backend/cpu/matmul.h), and attention is computed per (row, head), so a row's result is
  * identical whether it runs alone, in a prefill batch, or with another session. */
 #include <math.h>
@@ -14,6 +15,7 @@
 typedef struct scratch {
     int n;
     float *e, *x, *u, *a, *qkv, *o, *tmp, *g1, *g3, *heads;
+    float *cs;      /* [rope_dims]: cos | sin of one position */
     float *scores;  /* [n_workers][max_len] */
     int n_workers;
     int64_t max_len;
@@ -30,6 +32,7 @@ static void scratch_free(scratch *s) {
     dr_free(s->g1);
     dr_free(s->g3);
     dr_free(s->heads);
+    dr_free(s->cs);
     dr_free(s->scores);
     memset(s, 0, sizeof *s);
 }
@@ -59,8 +62,9 @@ static drama_status scratch_init(scratch *s, const dr_tower *t, int n, int64_t m
     s->g1 = alloc_f(n, t->ffn);
     s->g3 = alloc_f(n, t->ffn);
     s->heads = alloc_f(n, d->head_vocab);
+    s->cs = alloc_f(1, d->rope_dims > 0 ? d->rope_dims : 1);
     s->scores = alloc_f(s->n_workers, max_len);
-    if (!s->e || !s->x || !s->u || !s->a || !s->qkv || !s->o || !s->tmp || !s->g1 || !s->g3 || !s->heads ||
+    if (!s->e || !s->x || !s->u || !s->a || !s->qkv || !s->o || !s->tmp || !s->g1 || !s->g3 || !s->heads || !s->cs ||
         !s->scores) {
         scratch_free(s);
         return dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate activations for %d rows", n);
@@ -68,25 +72,11 @@ static drama_status scratch_init(scratch *s, const dr_tower *t, int n, int64_t m
     return DRAMA_OK;
 }
 
-/* rms(x, w) = x * (mean(x^2) + eps)^(-1/2) * w; w already carries tower.norm_offset. */
-static void rms_norm(const float *x, const float *w, int64_t len, double eps, float *y) {
-    double ss = 0;
-    for (int64_t i = 0; i < len; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / (double)len + eps));
-    for (int64_t i = 0; i < len; i++) y[i] = x[i] * r * w[i];
-}
-
-static void rope(const dr_tower *t, float *x, int64_t pos) {
-    const dr_tower_dims *d = &t->d;
-    int half = d->rope_dims / 2;
-    for (int i = 0; i < half; i++) {
-        double ang = (double)pos * t->rope_freq[i];
-        float c = (float)cos(ang), s = (float)sin(ang);
-        int ia = d->rope_half ? i : 2 * i, ib = d->rope_half ? i + half : 2 * i + 1;
-        float a = x[ia], b = x[ib];
-        x[ia] = a * c - b * s;
-        x[ib] = b * c + a * s;
-    }
+/* cs holds the cos | sin tables of the row's position (dr_op_rope_cos_sin) */
+static void rope(const dr_tower *t, float *x, const float *cs) {
+    int half = t->d.rope_dims / 2;
+    if (t->d.rope_half) dr_op_rope_half(x, half, cs, cs + half);
+    else dr_op_rope_interleaved(x, half, cs, cs + half);
 }
 
 typedef struct attn_ctx {
@@ -107,28 +97,9 @@ static void attn_one(void *vctx, int64_t idx, int worker) {
     int hd = d->head_dim, kvh = h / (d->n_head / d->n_kv_head);
     const float *q = a->s->qkv + row * a->qkv_dim + (int64_t)h * hd;
     const dr_tower_cache *c = a->cs[row];
-    const float *K = c->k[a->layer], *Vc = c->v[a->layer];
-    int64_t kvd = c->kv_dim, npos = a->pos[row] + 1;
-    float *sc = a->s->scores + (int64_t)worker * a->s->max_len;
-    double scale = 1.0 / sqrt((double)hd), mx = -INFINITY;
-    for (int64_t p = 0; p < npos; p++) {
-        const float *k = K + p * kvd + (int64_t)kvh * hd;
-        double dot = 0;
-        for (int i = 0; i < hd; i++) dot += (double)q[i] * k[i];
-        sc[p] = (float)(dot * scale);
-        if (sc[p] > mx) mx = sc[p];
-    }
-    double z = 0;
-    for (int64_t p = 0; p < npos; p++) {
-        sc[p] = (float)exp(sc[p] - mx);
-        z += sc[p];
-    }
     float *o = a->s->o + row * (int64_t)d->n_head * hd + (int64_t)h * hd;
-    for (int i = 0; i < hd; i++) {
-        double acc = 0;
-        for (int64_t p = 0; p < npos; p++) acc += (double)sc[p] * Vc[p * kvd + (int64_t)kvh * hd + i];
-        o[i] = (float)(acc / z);
-    }
+    dr_op_attend_f64(q, c->k[a->layer] + (int64_t)kvh * hd, c->v[a->layer] + (int64_t)kvh * hd, a->pos[row] + 1,
+                     c->kv_dim, hd, 1.0 / sqrt((double)hd), a->s->scores + (int64_t)worker * a->s->max_len, o);
 }
 
 /* One layer over n rows; row r runs at position pos[r] of cache cs[r] (one cache at consecutive
@@ -156,25 +127,26 @@ static drama_status layer_forward(const dr_tower *t, dr_tower_cache *const *cs, 
                 return dr_fail(err, DRAMA_EINVAL, "tower layer %s: code %d of codebook %d out of range [0, %lld)",
                                L->prefix, (int)cd, slot, (long long)d->code_stride);
             dr_weight_dequant_row(&t->code_table, row, e);
-            rms_norm(e, L->enorm, de, d->eps, xe);
+            dr_op_rms_norm(e, L->enorm, d->eps, de, xe);
         } else {
             memset(xe, 0, (size_t)de * sizeof(float));
         }
-        rms_norm(in + r * dh, L->hnorm, dh, d->eps, xh);
+        dr_op_rms_norm(in + r * dh, L->hnorm, d->eps, dh, xh);
     }
     dr_cpu_matmul(&L->eh_proj, s->x, n, s->u, pool);
-    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->attention_norm, D, d->eps, s->a + r * D);
+    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->attention_norm, d->eps, D, s->a + r * D);
     dr_cpu_matmul(&L->wqkv, s->a, n, s->qkv, pool);
     double work = 0;
     for (int r = 0; r < n; r++) {
         float *q = s->qkv + r * qkv_dim, *k = q + (int64_t)d->n_head * hd, *v = k + kvd;
+        dr_op_rope_cos_sin(t->rope_freq, d->rope_dims / 2, pos[r], s->cs, s->cs + d->rope_dims / 2);
         for (int h = 0; h < d->n_head; h++) {
-            if (L->q_norm) rms_norm(q + h * hd, L->q_norm, hd, d->eps, q + h * hd);
-            rope(t, q + h * hd, pos[r]);
+            if (L->q_norm) dr_op_rms_norm(q + h * hd, L->q_norm, d->eps, hd, q + h * hd);
+            rope(t, q + h * hd, s->cs);
         }
         for (int h = 0; h < d->n_kv_head; h++) {
-            if (L->k_norm) rms_norm(k + h * hd, L->k_norm, hd, d->eps, k + h * hd);
-            rope(t, k + h * hd, pos[r]);
+            if (L->k_norm) dr_op_rms_norm(k + h * hd, L->k_norm, d->eps, hd, k + h * hd);
+            rope(t, k + h * hd, s->cs);
         }
         memcpy(cs[r]->k[l] + pos[r] * kvd, k, (size_t)kvd * sizeof(float));
         memcpy(cs[r]->v[l] + pos[r] * kvd, v, (size_t)kvd * sizeof(float));
@@ -186,13 +158,13 @@ static drama_status layer_forward(const dr_tower *t, dr_tower_cache *const *cs, 
     dr_pool_run(work < 65536.0 ? NULL : pool, (int64_t)n * d->n_head, attn_one, &ac);
     dr_cpu_matmul(&L->wo, s->o, n, s->tmp, pool);
     for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
-    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->ffn_norm, D, d->eps, s->a + r * D);
+    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->ffn_norm, d->eps, D, s->a + r * D);
     dr_cpu_matmul(&L->w1, s->a, n, s->g1, pool);
     dr_cpu_matmul(&L->w3, s->a, n, s->g3, pool);
     dr_op_swiglu(s->g1, s->g3, (int64_t)n * t->ffn, s->g1);
     dr_cpu_matmul(&L->w2, s->g1, n, s->tmp, pool);
     for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
-    for (int r = 0; r < n; r++) rms_norm(s->u + r * D, L->out_norm, D, d->eps, out + r * D);
+    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->out_norm, d->eps, D, out + r * D);
     return DRAMA_OK;
 }
 

@@ -16,10 +16,11 @@
 #define SIG_FLOOR 0x1p-126  /* sigmoid(x) for x < -87.3: 1 / (1 + expf(-x)) is subnormal or 0 */
 #define RANK_FLOOR 0x1p-120 /* MoE ranks whose probabilities are below this may tie in fp32 */
 
-enum { MK_SILU, MK_SWIGLU, MK_SIGMUL, MK_GRMS, MK_GATES, MK_ROUTE, MK_COMBINE, MK_GUIDANCE, MK_EXPW, MK_TOPP, MK_COUNT };
+enum { MK_SILU, MK_SWIGLU, MK_SIGMUL, MK_GRMS, MK_GATES, MK_ROUTE, MK_COMBINE, MK_GUIDANCE, MK_EXPW, MK_TOPP, MK_ATT64,
+       MK_COUNT };
 static const char *const mk_names[MK_COUNT] = {"silu",      "swiglu",      "sigmoid_mul", "gated_rms_norm",
                                                "gdn_gates", "moe_route",   "moe_combine", "guidance",
-                                               "exp_weights", "top_p_count"};
+                                               "exp_weights", "top_p_count", "attend_f64"};
 static const char *const mk_precision[MK_COUNT] = {
     "x / (1 + expf(-x)) in fp32; tol = 5u|y| + 2^-121",
     "silu(g) * u in fp32; tol = 6u|y| + 2^-121|u| + 2^-148",
@@ -33,10 +34,12 @@ static const char *const mk_precision[MK_COUNT] = {
     "c + gamma (c - u) in fp32, -inf cond kept; tol = u|y| + 3u gamma|c - u| + 2^-148",
     "expf((x - max) / T) in fp32, widened; tol = q u (2|d/T| + 3) + 2^-148",
     "masses in double; counts exact (tol 0) for both rules, P kept 1e-9 away from every prefix mass",
+    ("double scores rounded to fp32, fp32(exp(s - max)), sums in double; tol = sum_t p_t|v_t|(e_t + sum_j p_j e_j) "
+     "+ u|o|, e_t = u(|s_t| + 1) + dot and sum terms"),
 };
 
 enum { MC_NONE = 0, MC_NO_MUL, MC_SWAP, MC_FLIP, MC_NO_EPS, MC_NO_BRANCH, MC_RENORM_ALL, MC_UNGATED, MC_GUIDE_SIGN,
-       MC_TEMP_MUL, MC_RULES_SWAPPED };
+       MC_TEMP_MUL, MC_RULES_SWAPPED, MC_DROP_LAST };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -413,11 +416,64 @@ static void case_topp(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_
     free(q), free(M);
 }
 
+/* ---- attention with float64 accumulation (the tower's): n is the number of positions ---- */
+
+static void case_att64(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_t n, mk_out *o) {
+    static const int hds[N_SIZES] = {8, 33, 16, 64, 16};
+    int hd = hds[idx];
+    int64_t np = n, stride = hd + 3; /* rows of a wider cache: the op must honour the stride */
+    float *q = fbuf(hd), *kc = fbuf(np * stride), *vc = fbuf(np * stride), *scratch = fbuf(np);
+    double *sc = malloc((size_t)np * sizeof *sc), *ea = malloc((size_t)np * sizeof *ea);
+    fill(s, kind == X_TINY ? X_TINY : X_RANDOM, q, hd);
+    fill(s, kind == X_TINY ? X_TINY : X_RANDOM, kc, np * stride);
+    fill(s, kind == X_NONFINITE ? X_RANDOM : kind, vc, np * stride); /* dynamic range in the values only */
+    if (kind == X_DISCR) /* equal scores, positive values: a long sum of small equal terms */
+        for (int64_t i = 0; i < np * stride; i++) kc[i] = 0.0f;
+    if (kind == X_NONFINITE) {
+        vc[(np / 2) * stride + 1] = NAN;
+        vc[(np - 1) * stride + hd - 1] = INFINITY;
+    }
+    double scale = 1.0 / sqrt((double)hd), mx = -INFINITY, z = 0, E = 0;
+    for (int64_t t = 0; t < np; t++) {
+        double d = 0, m = 0;
+        for (int i = 0; i < hd; i++) {
+            d += (double)q[i] * kc[t * stride + i];
+            m += fabs((double)q[i] * kc[t * stride + i]);
+        }
+        sc[t] = d * scale;
+        ea[t] = U * (fabs(sc[t]) + 1) + (hd + 2) * 0x1p-53 * m * scale + 0x1p-52; /* score, exp, dot */
+        if (sc[t] > mx) mx = sc[t];
+    }
+    for (int64_t t = 0; t < np; t++) z += exp(sc[t] - mx);
+    for (int64_t t = 0; t < np; t++) E += exp(sc[t] - mx) / z * ea[t];
+    ct_poison(o->out, hd);
+    /* planted: the newest position left out (an off-by-one cache length) */
+    int64_t used = k->control == MC_DROP_LAST && np > 1 ? np - 1 : np;
+    dr_op_attend_f64(q, kc, vc, used, stride, hd, scale, scratch, o->out);
+    for (int j = 0; j < hd; j++) {
+        double acc = 0, mag = 0, rel = 0;
+        float h = 0;
+        for (int64_t t = 0; t < np; t++) {
+            double p = exp(sc[t] - mx) / z, v = vc[t * stride + j];
+            acc += p * v;
+            mag += p * fabs(v);
+            rel += p * fabs(v) * (ea[t] + E);
+            h = ct_h(h + (float)p * (float)v); /* fp16 accumulation over positions */
+        }
+        o->ref[j] = acc;
+        o->tol[j] = rel + U * fabs(acc) + (double)(np + 2) * 0x1p-52 * mag + TINY;
+        o->alt[j] = h;
+    }
+    o->n = hd;
+    free(q), free(kc), free(vc), free(scratch), free(sc), free(ea);
+}
+
 /* ---- driver ---- */
 
 typedef void (*mk_case_fn)(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_t n, mk_out *o);
 static const mk_case_fn mk_cases[MK_COUNT] = {case_silu,    case_swiglu,  case_sigmul,   case_grms, case_gates,
-                                              case_route,   case_combine, case_guidance, case_expw, case_topp};
+                                              case_route,   case_combine, case_guidance, case_expw, case_topp,
+                                              case_att64};
 
 static void check_model(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     uint64_t s = ctx->seed ^ 0x4d4f44454cull ^ ((uint64_t)k->variant << 40);
@@ -466,6 +522,7 @@ static double time_model(const ct_kernel *k, ct_ctx *ctx) {
         case MK_GUIDANCE: dr_op_guidance(a, b, N, 1.5f, c); break;
         case MK_EXPW: dr_op_exp_weights(a, N, 1.0f, 0.7f, q); break;
         case MK_TOPP: dr_op_top_p_count(q, N, 0.999, 1); break;
+        case MK_ATT64: dr_op_attend_f64(a, y, y + 64, 256, 128, 64, 0.125, c, b); break;
         default: break;
         }
         double dt = ct_now_ms() - t0;
@@ -475,8 +532,9 @@ static double time_model(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *const mk_time_shape[MK_COUNT] = {"n=4096", "n=4096",     "n=4096",     "n=4096", "nv=32",
-                                                    "E=256 k=8", "H=4096 k=8", "n=4096", "n=4096", "m=4096"};
-static const double mk_limit_ms[MK_COUNT] = {0.05, 0.05, 0.05, 0.05, 0.01, 0.05, 0.05, 0.02, 0.05, 0.05};
+                                                    "E=256 k=8", "H=4096 k=8", "n=4096", "n=4096", "m=4096",
+                                                    "n_pos=256 hd=64"};
+static const double mk_limit_ms[MK_COUNT] = {0.05, 0.05, 0.05, 0.05, 0.01, 0.05, 0.05, 0.02, 0.05, 0.05, 0.2};
 
 int ct_model_kernels(ct_kernel *out, int max) {
     int n = 0;
@@ -499,6 +557,7 @@ int ct_model_controls(ct_kernel *out, int max) {
         {MK_GUIDANCE, MC_GUIDE_SIGN, "guidance sign flipped"},
         {MK_EXPW, MC_TEMP_MUL, "temperature multiplied instead of divided"},
         {MK_TOPP, MC_RULES_SWAPPED, "keep-crossing and drop-crossing rules swapped"},
+        {MK_ATT64, MC_DROP_LAST, "newest cache position left out"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

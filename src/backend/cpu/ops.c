@@ -4,10 +4,10 @@
 
 #include <math.h>
 
-void dr_op_rms_norm(const float *x, const float *w, float eps, int64_t n, float *y) {
+void dr_op_rms_norm(const float *x, const float *w, double eps, int64_t n, float *y) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
     if (w)
         for (int64_t i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
     else
@@ -79,6 +79,28 @@ void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, in
         const float *v = v_cache + t * stride;
         float p = scratch[t];
         for (int d = 0; d < hd; d++) out[d] += p * v[d];
+    }
+}
+
+void dr_op_attend_f64(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
+                      int hd, double scale, float *scratch, float *out) {
+    double mx = -INFINITY;
+    for (int64_t t = 0; t < n_pos; t++) {
+        const float *k = k_cache + t * stride;
+        double dot = 0;
+        for (int i = 0; i < hd; i++) dot += (double)q[i] * k[i];
+        scratch[t] = (float)(dot * scale);
+        if (scratch[t] > mx) mx = scratch[t];
+    }
+    double z = 0;
+    for (int64_t t = 0; t < n_pos; t++) {
+        scratch[t] = (float)exp(scratch[t] - mx);
+        z += scratch[t];
+    }
+    for (int i = 0; i < hd; i++) {
+        double acc = 0;
+        for (int64_t t = 0; t < n_pos; t++) acc += (double)scratch[t] * v_cache[t * stride + i];
+        out[i] = (float)(acc / z);
     }
 }
 

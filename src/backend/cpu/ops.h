@@ -15,8 +15,9 @@ static inline float dr_siluf(float x) { return x / (1.0f + expf(-x)); }
 static inline float dr_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* y = x * r * w with r = 1/sqrt(mean(x^2) + eps). `w` already holds (offset + stored weight);
- * w == NULL means 1. In place allowed (y == x). */
-void dr_op_rms_norm(const float *x, const float *w, float eps, int64_t n, float *y);
+ * w == NULL means 1. In place allowed (y == x). eps is double so a config's double epsilon (the
+ * tower's) is used as given; float callers' values convert exactly. */
+void dr_op_rms_norm(const float *x, const float *w, double eps, int64_t n, float *y);
 
 /* x *= 1/sqrt(sum(x^2) + eps) * scale (DeltaNet q/k normalisation). */
 void dr_op_l2norm(float *x, int64_t n, float eps, float scale);
@@ -39,6 +40,12 @@ void dr_op_topk(const float *p, int n, int k, int *ids);
  * out[hd] = sum_t softmax_t(q . k_t * scale) v_t. scratch holds n_pos floats. */
 void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
                   int hd, float scale, float *scratch, float *out);
+
+/* As dr_op_attend with float64 accumulation (the tower's attention): scores are double dot
+ * products times scale rounded to fp32, weights fp32(exp(s - max)) in double, out = fp32(sum_t w_t
+ * v_t / sum_t w_t) with both sums in double. scratch holds n_pos floats. */
+void dr_op_attend_f64(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
+                      int hd, double scale, float *scratch, float *out);
 
 /* Causal depthwise conv step for channels [c0, c1): window holds the previous K-1 inputs
  * ([K-1][C], oldest first), u the new input [C]; y[c] = bias[c] + sum_j w[c*K+j] * x_j with
