@@ -28,12 +28,12 @@ static const char *const k_precision[K_COUNT] = {
     "x + inv*sin(alpha x)^2, inv = fp32 1/(alpha+1e-9); tol = 2(u|y| + |T|(rel_inv+6u) + 2u|inv sin cos p|)",
     "fp32 mean and variance over channels in order; tol = 2x the first-order bound (mean, variance, rsqrt, affine)",
     "fp32 sum of squares over D channels; tol = 2|y|(dV/2V + 4u), dV = (D+2)u ms + u(ms+eps)",
-    "fp32 angle pos*base^(-2i/hd), cos/sin rounded to bf16; tol from the angle bound, bf16 rounding determined or 1 ulp",
+    "fp32 angle pos*base^(-2i/hd), cos/sin rounded to bf16; tol from the angle bound (bf16: determined or 1 step)",
     "as codec.rope with fp32 cos/sin; tol = 2(|a|dc + |b|ds + 2u(|a c| + |b s|) + u|y|)",
     "fp32 scores, max-subtracted expf, fp32 sums; tol = 2x first-order bound; KV window carried: chunks == whole",
     "g = a / (1 + expf(-a)) * u in fp32; tol = 10u|y| + 2^-120|u| (expf overflow for a < -88.7 gives 0)",
     "libm tanhf (<= 2 ulp); tol = 4u|y| + 2^-140",
-    "exact argmin of |e^|^2 - 2 e^.c^ + |c^|^2 within the fp32 bound E = (2 dim + 16)u(sum of magnitudes); ties: lowest"};
+    "argmin of |e^|^2 - 2 e^.c^ + |c^|^2 within the fp32 bound E = (2 dim + 16)u(sum of magnitudes); ties: lowest"};
 
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
        CC_WIDE, CC_TIES_HIGH };
@@ -351,8 +351,9 @@ static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
                 double a = x[i0], b = x[i1];
                 ref[i0] = a * c - b * sn;
                 ref[i1] = b * c + a * sn;
-                tol[i0] = 2 * (fabs(a) * dc + fabs(b) * ds + 2 * U * (fabs(a * c) + fabs(b * sn)) + U * fabs(ref[i0])) + TINY;
-                tol[i1] = 2 * (fabs(b) * dc + fabs(a) * ds + 2 * U * (fabs(b * c) + fabs(a * sn)) + U * fabs(ref[i1])) + TINY;
+                double m0 = fabs(a * c) + fabs(b * sn), m1 = fabs(b * c) + fabs(a * sn);
+                tol[i0] = 2 * (fabs(a) * dc + fabs(b) * ds + 2 * U * m0 + U * fabs(ref[i0])) + TINY;
+                tol[i1] = 2 * (fabs(b) * dc + fabs(a) * ds + 2 * U * m1 + U * fabs(ref[i1])) + TINY;
                 float hc = ct_h((float)cv), hs = ct_h((float)sv); /* fp16 tables */
                 alt[i0] = x[i0] * hc - x[i1] * hs;
                 alt[i1] = x[i1] * hc + x[i0] * hs;
@@ -360,7 +361,8 @@ static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     memcpy(y, x, (size_t)n * sizeof *y); /* in place on the k rows of a qkv buffer */
     cd_rope_ct(y, Dq, &cf, L, pos0);
     char name[96];
-    snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", x_kind[kind], H, hd, (long long)L, (long long)pos0);
+    snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", x_kind[kind], H, hd, (long long)L,
+             (long long)pos0);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(x), free(y), free(alt), free(ref), free(tol);
@@ -508,7 +510,8 @@ static void check_attend(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             continue;
         }
         for (int i = 0; i < 4; i++)
-            attend_case(k, res, &s, kind, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], ctx->pool);
+            attend_case(k, res, &s, kind, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4],
+                        ctx->pool);
     }
     tf_window_case(res, &s, ctx->pool);
 }
@@ -593,7 +596,8 @@ static void vq_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, i
         for (int64_t i = 0; i < (int64_t)dim * T; i++) e[i] *= 1e-14f; /* the 1e-12 floor decides */
     if (kind == V_NEAR) /* every code within ~1e-2 of the direction of e column 0 */
         for (int j = 0; j < n; j++)
-            for (int d = 0; d < dim; d++) cb[(int64_t)j * dim + d] = e[(int64_t)d * T] + 0.01f * (float)ct_rand_normal(s);
+            for (int d = 0; d < dim; d++)
+                cb[(int64_t)j * dim + d] = e[(int64_t)d * T] + 0.01f * (float)ct_rand_normal(s);
     for (int j = 0; j < n; j++) {
         double ss = 0;
         for (int d = 0; d < dim; d++) ss += (double)cb[(int64_t)j * dim + d] * cb[(int64_t)j * dim + d];
@@ -636,7 +640,8 @@ static void vq_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, i
     snprintf(name, sizeof name, "%s n=%d dim=%d", v_kind[kind], n, dim);
     ct_compare(res, name, out, ref, tol, 2 * T);
     if (kind == V_NEAR) ct_discriminate(res, name, alt, ref, tol, 2 * T);
-    free(cb), free(hat), free(hsq), free(e), free(out), free(alt), free(ref), free(tol), free(dist), free(err), free(ch);
+    free(cb), free(hat), free(hsq), free(e), free(out), free(alt), free(ref), free(tol), free(dist), free(err);
+    free(ch);
 }
 
 static void check_vq(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
@@ -722,7 +727,8 @@ int ct_codec_kernels(ct_kernel *out, int max) {
     int n = 0;
     for (int v = 0; v < K_COUNT && n < max; v++, n++)
         out[n] = (ct_kernel){.name = k_names[v], .backend = "cpu", .precision = k_precision[v], .check = k_check(v),
-                             .time = time_codec, .time_shape = k_time_shape[v], .limit_ms = k_limit_ms[v], .variant = v};
+                             .time = time_codec, .time_shape = k_time_shape[v], .limit_ms = k_limit_ms[v],
+                             .variant = v};
     return n;
 }
 
