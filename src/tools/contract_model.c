@@ -364,6 +364,11 @@ static void case_expw(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_
     free(x), free(q);
 }
 
+static int desc_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
 /* outputs [count keep-crossing, count drop-crossing] */
 static void case_topp(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_t n, mk_out *o) {
     static const double ps[N_SIZES] = {0.1, 0.5, 0.9, 0.95, 0.999};
@@ -378,11 +383,7 @@ static void case_topp(const ct_kernel *k, uint64_t *s, int kind, int idx, int64_
         if (kind == X_DISCR) v = 1;
         q[r] = (double)(float)v;
     }
-    for (int r = 1; r < m; r++) /* descending rank order (insertion sort keeps equal weights in place) */
-        for (int j = r; j > 0 && q[j] > q[j - 1]; j--) {
-            double t = q[j];
-            q[j] = q[j - 1], q[j - 1] = t;
-        }
+    qsort(q, (size_t)m, sizeof *q, desc_cmp); /* descending rank order */
     long double tot = 0;
     for (int r = 0; r < m; r++) tot += q[r];
     M[0] = 0;
