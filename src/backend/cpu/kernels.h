@@ -34,8 +34,12 @@ float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path p
 
 /* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);
-/* n = 1 fused dequantise-and-dot for the formats it covers (returns 0 otherwise, nothing written). */
+/* n = 1 fused dequantise-and-dot for the formats it covers (returns 0 otherwise, nothing written).
+ * x in the order dr_cpu_avx2_order_x gives for w (the plain x where it returns 0). */
 int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y);
+/* Writes x[cols] into xp in the element order the fused loop of w reads and returns 1, or returns
+ * 0 (xp untouched) when that order is the natural one. */
+int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp);
 /* y[i * ldy] = dot(x + i * ldx, wrow, len) for i < n */
 void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                           int64_t ldy);

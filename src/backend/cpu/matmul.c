@@ -91,6 +91,7 @@ typedef struct mm_job {
     int64_t r0;       /* first weight row */
     int64_t nrows;    /* r1 - r0 */
     const float *x;
+    const float *x_fused; /* n == 1, AVX2: x in the fused loop's order (dr_cpu_avx2_order_x) */
     int64_t n;        /* activation rows */
     float *y;
     int64_t ldy;      /* r1 - r0 */
@@ -123,7 +124,7 @@ static void mm_task(void *ctx, int64_t t, int worker) {
     float *buf = j->scratch + (size_t)worker * (size_t)j->rows_per_task * (size_t)j->ld_scratch;
     if (j->n == 1) {
         for (int64_t i = i0; i < i1; i++) {
-            if (j->path == DR_CPU_AVX2 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x, j->y + i)) continue;
+            if (j->path == DR_CPU_AVX2 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x_fused, j->y + i)) continue;
             dequant(j, j->r0 + i, buf);
             dots(j, j->x, 1, buf, j->y + i);
         }
@@ -150,13 +151,16 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     if (j.rows_per_task < 1) j.rows_per_task = 1;
     size_t bytes;
     if (r0 < 0 || r1 > w->rows || w->cols <= 0 ||
-        !dr_mul_size((size_t)threads * (size_t)j.rows_per_task * 4, (size_t)j.ld_scratch, &bytes) ||
+        !dr_mul_size((size_t)threads * (size_t)j.rows_per_task * 4 + 4, (size_t)j.ld_scratch, &bytes) ||
         !(j.scratch = dr_alloc(bytes))) {
         dr_log(DR_LOG_ERROR, "matmul %s: bad row range [%lld, %lld) or out of memory; output set to NaN",
                w->name ? w->name : "weight", (long long)r0, (long long)r1);
         for (int64_t i = 0; i < n * (r1 - r0); i++) y[i] = NAN;
         return;
     }
+    /* the last row of scratch (4 bytes per element of the +4 above) holds the reordered x */
+    float *xo = j.scratch + (size_t)threads * (size_t)j.rows_per_task * (size_t)j.ld_scratch;
+    j.x_fused = n == 1 && j.path == DR_CPU_AVX2 && dr_cpu_avx2_order_x(w, x, xo) ? xo : x;
     dr_pool_run(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
     dr_free(j.scratch);
 }

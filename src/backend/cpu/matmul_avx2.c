@@ -288,6 +288,32 @@ TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const floa
     }
 }
 
+/* Affine 4-bit bytes hold elements (2j, 2j+1): the n = 1 loop widens 8 bytes to lanes and splits
+ * the nibbles (and / shift) instead of a variable shift per 8 codes, which yields the even and
+ * then the odd elements of each 16. x is put in that order once per product; lane l of each
+ * accumulator still sums one canonical s[j] in the same order, and pair_unorder puts the lanes
+ * back before the reduction, so the bits do not change. */
+int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp) {
+    if (w->fmt != DR_WF_AFFINE || w->bits != 4) return 0;
+    int64_t body = w->cols & ~(int64_t)31;
+    for (int64_t k = 0; k < body; k += 32)
+        for (int l = 0; l < 8; l++) {
+            xp[k + l] = x[k + 2 * l];
+            xp[k + 8 + l] = x[k + 2 * l + 1];
+            xp[k + 16 + l] = x[k + 16 + 2 * l];
+            xp[k + 24 + l] = x[k + 17 + 2 * l];
+        }
+    for (int64_t k = body; k < w->cols; k++) xp[k] = x[k];
+    return 1;
+}
+
+/* (evens, odds) of 16 sums -> sums 0..7, 8..15 */
+TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1) {
+    __m256 lo = _mm256_unpacklo_ps(ev, od), hi = _mm256_unpackhi_ps(ev, od);
+    *c0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *c1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+
 /* n = 1 without the row buffer: decode 32 weights into registers and feed the FMAs directly.
  * Same decoded values and the same canonical order as dequant_row + dot_rows, so the same bits.
  * Handles F32, F16, BF16, NVFP4, affine, and FP8 (per-tensor, or blocks whose width is a multiple
@@ -380,6 +406,7 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
     if (w->fmt == DR_WF_AFFINE) { /* groups of 32/64/128: every 32-chunk lies in one group, no tail */
         int64_t sbase = r * w->scale_cols, g = w->group;
         int lg = g == 32 ? 5 : g == 64 ? 6 : 7;
+        const __m256i low4 = _mm256_set1_epi32(0xF);
         float sv[64], bv[64];
         /* spans of up to 64 groups: scales and biases loaded once, then one flat loop over the
          * span's columns per (bits, exactness) case, so no branch or loop setup runs per group */
@@ -400,7 +427,9 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 16), DEQ(Q8(2)), a2);                   \
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 24), DEQ(Q8(3)), a3);                   \
     }
-#define Q4(j) _mm256_cvtepi32_ps(nibbles8(pk + 4 * (j)))
+/* pair order (dr_cpu_avx2_order_x): j = 0/1 even/odd codes of bytes 0..7, 2/3 of bytes 8..15 */
+#define Q4(j) _mm256_cvtepi32_ps((j) & 1 ? _mm256_srli_epi32(load8_u8(pk + 8 * ((j) >> 1)), 4) \
+                                         : _mm256_and_si256(load8_u8(pk + 8 * ((j) >> 1)), low4))
 #define Q8(j) _mm256_cvtepi32_ps(load8_u8(pk + 8 * (j)))
 #define DEQ_FMA(q) _mm256_fmadd_ps(sc, q, bi)
 #define DEQ_MUL_ADD(q) _mm256_add_ps(_mm256_mul_ps(sc, q), bi)
@@ -413,6 +442,12 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
 #undef Q8
 #undef DEQ_FMA
 #undef DEQ_MUL_ADD
+        }
+        if (w->bits == 4) { /* accumulators in pair order -> canonical lanes */
+            __m256 c0, c1, c2, c3;
+            pair_unorder(a0, a1, &c0, &c1);
+            pair_unorder(a2, a3, &c2, &c3);
+            a0 = c0, a1 = c1, a2 = c2, a3 = c3;
         }
         *y = hsum_canonical(a0, a1, a2, a3);
         return 1;
@@ -460,6 +495,8 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) { dr_weight_dequant_row(w, r, out); }
 
 int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) { return 0; }
+
+int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp) { return 0; }
 
 void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                           int64_t ldy) {
