@@ -222,13 +222,19 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
             }
             __m256 s = _mm256_set1_ps(sv[gi & 63]);
             __m256 b = _mm256_set1_ps(bv[gi & 63]);
-            for (int64_t c = c0; c < c0 + g; c += 8) {
-                __m256i q = w->bits == 4 ? nibbles8(row + c / 2) : load8_u8(row + c);
-                /* the reference's two roundings: one fma where s * q is exact, else mul then add */
-                __m256 qf = _mm256_cvtepi32_ps(q);
-                __m256 v = fma_ok ? _mm256_fmadd_ps(s, qf, b) : _mm256_add_ps(_mm256_mul_ps(s, qf), b);
-                _mm256_storeu_ps(out + c, v);
-            }
+            /* the reference's two roundings: one fma where s * q is exact, else mul then add */
+            const uint8_t *pg = row + (size_t)c0 * (size_t)w->bits / 8;
+            if (w->bits == 4 && fma_ok)
+                for (int64_t c = 0; c < g; c += 8)
+                    _mm256_storeu_ps(out + c0 + c, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(nibbles8(pg + c / 2)), b));
+            else if (fma_ok)
+                for (int64_t c = 0; c < g; c += 8)
+                    _mm256_storeu_ps(out + c0 + c, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(load8_u8(pg + c)), b));
+            else
+                for (int64_t c = 0; c < g; c += 8) {
+                    __m256i q = w->bits == 4 ? nibbles8(pg + c / 2) : load8_u8(pg + c);
+                    _mm256_storeu_ps(out + c0 + c, _mm256_add_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(q)), b));
+                }
         }
         return;
     }
