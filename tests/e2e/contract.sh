@@ -21,12 +21,18 @@ for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 aff
     grep -q "^PASS matmul.$k " "$out" || { echo "FAIL: matmul.$k missing"; exit 1; }
 done
 ops="rms_norm l2norm softmax rope_half rope_interleaved attend conv_step gdn_step topk"
-for k in $ops; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
+# the model-level ops (backbone, tower, sampler) and the codec's kernels
+model_ops="silu swiglu sigmoid_mul gated_rms_norm gdn_gates moe_route moe_combine guidance exp_weights top_p_count attend_f64"
+codec_ops="codec.conv1d codec.conv_strided codec.conv_grouped codec.conv_transposed codec.snake codec.layernorm
+           codec.rms_norm codec.rope codec.rope_f32 codec.attend codec.swiglu codec.tanh codec.vq_nearest"
+for k in $ops $model_ops $codec_ops; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
 # every op and every quantised matmul format family has a planted control that went red
-for k in $ops matmul.fp8_block matmul.nvfp4 matmul.affine4 matmul.affine8 matmul.bf16 matmul.f32; do
+for k in $ops matmul.fp8_block matmul.nvfp4 matmul.affine4 matmul.affine8 matmul.bf16 matmul.f32 \
+         silu swiglu gated_rms_norm gdn_gates moe_route guidance attend_f64 \
+         codec.conv1d codec.conv_transposed codec.snake codec.layernorm codec.attend codec.vq_nearest; do
     grep -q "^RED    control $k " "$out" || { echo "FAIL: no red control for $k"; exit 1; }
 done
-[ "$c" -ge 15 ] || { echo "FAIL: fewer than 15 planted controls"; exit 1; }
+[ "$c" -ge 40 ] || { echo "FAIL: fewer than 40 planted controls"; exit 1; }
 # with the golden data (ctest sets DRAMA_GOLDEN) the format fixtures of quant-units run too
 if [ -f "${DRAMA_GOLDEN:-}/ref/quant-units.safetensors" ]; then
     for k in format.e4m3 format.e2m1 format.bf16 matmul.golden_units; do
@@ -34,8 +40,9 @@ if [ -f "${DRAMA_GOLDEN:-}/ref/quant-units.safetensors" ]; then
     done
 fi
 
-# selection: only the NVFP4 matmul entries and their control
-"$DRAMA_BIN" contract --only 'matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only"; exit 1; }
+# selection: only the CPU NVFP4 matmul entries and their control (the pattern also sees
+# "<backend>/<name>"; a plain 'matmul.nvfp4' would add the CUDA entry on a GPU machine)
+"$DRAMA_BIN" contract --only 'cpu*/matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only"; exit 1; }
 grep -q "^PASS matmul.nvfp4 " "$out" && ! grep -q "^PASS matmul.bf16 " "$out" || { cat "$out"; echo "FAIL: --only selection"; exit 1; }
 tail -n 1 "$out" | grep -Eq '^SUMMARY [0-9]+ kernels: [0-9]+ pass, 0 fail; 1 controls: 1 red as planted, 0 missed$' ||
     { tail -n 1 "$out"; echo "FAIL: --only summary"; exit 1; }
