@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "base/path.h"
 
@@ -81,4 +84,21 @@ drama_status dr_read_text_file(const char *path, size_t max_bytes, char **out, d
     free(*out);
     *out = NULL;
     return dr_fail(err, DRAMA_EFORMAT, "%s: text contains a NUL byte at offset %zu", strcmp(path, "-") ? path : "stdin", nul);
+}
+
+drama_status dr_read_json_file(const char *path, size_t max_bytes, int optional, json_t **out, drama_error *err) {
+    *out = NULL;
+    char link_target[4096];
+    if (optional && path && strcmp(path, "-") != 0 &&
+        access(dr_path_follow_placeholder(path, link_target, sizeof link_target), F_OK) != 0 && errno == ENOENT)
+        return DRAMA_OK;
+    char *text;
+    size_t len;
+    drama_status st = dr_read_file(path, max_bytes, &text, &len, err);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!*out) return dr_fail(err, DRAMA_EFORMAT, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
+    return DRAMA_OK;
 }

@@ -18,6 +18,13 @@ drama_status dr_read_file(const char *path, size_t max_bytes, char **out, size_t
 /* dr_read_file for text: also fails (DRAMA_EFORMAT) when the file holds a NUL byte, naming its offset. */
 drama_status dr_read_text_file(const char *path, size_t max_bytes, char **out, drama_error *err);
 
+/* dr_read_file, then parse as JSON (duplicate keys refused) into *out (json_decref it). A parse
+ * failure is DRAMA_EFORMAT "<path>: line L column C: <reason>". With `optional`, a file that does
+ * not exist is DRAMA_OK with *out = NULL; a file that exists must still read and parse. */
+struct json_t;
+drama_status dr_read_json_file(const char *path, size_t max_bytes, int optional, struct json_t **out,
+                               drama_error *err);
+
 /* The limit for inputs with no smaller natural bound (ROWS.json, CODES.json, tokenizer.json, text). */
 #define DR_FILE_MAX_BYTES ((size_t)1 << 34)
 

@@ -10,8 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "base/file.h"
 
 #define BLOCK (1u << 20)
+#define SHA_CACHE_MAX_BYTES ((size_t)256 << 20) /* the digest cache: ~200 bytes per file */
 
 static void to_hex(const unsigned char *md, char hex[65]) {
     static const char digits[] = "0123456789abcdef";
@@ -118,7 +120,8 @@ drama_status dr_sha256_file_cached(const char *path, const char *cache_path, cha
     if (!realpath(path, abs) || stat(abs, &sb) != 0)
         return dr_fail(err, DRAMA_EIO, "%s: cannot stat: %s", path, strerror(errno));
     int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-    json_t *cache = json_load_file(cache_path, JSON_REJECT_DUPLICATES, NULL);
+    json_t *cache = NULL; /* a missing or damaged cache is rebuilt */
+    if (dr_read_json_file(cache_path, SHA_CACHE_MAX_BYTES, 1, &cache, NULL) != DRAMA_OK) cache = NULL;
     if (!json_is_object(cache) || !json_is_object(json_object_get(cache, "files"))) {
         json_decref(cache);
         cache = json_pack("{s:s, s:i, s:{}}", "format", "drama-sha256-cache", "version", 1, "files");

@@ -592,8 +592,14 @@ drama_status dr_config_load(const char *dir, const char *const *sets, int n_sets
     /* hf_quant_config.json (ModelOpt exports): a cross-check source like quantization_config. */
     char qpath[4096];
     snprintf(qpath, sizeof qpath, "%s/hf_quant_config.json", dir);
-    json_error_t je;
-    json_t *hq = json_load_file(qpath, JSON_REJECT_DUPLICATES, &je);
+    json_t *hq;
+    st = dr_read_json_file(qpath, MAX_CONFIG_BYTES, 1, &hq, err);
+    if (st) {
+        dr_error_prefix(err, "model config: ");
+        dr_config_free(*out);
+        *out = NULL;
+        return st;
+    }
     const json_t *q = hq ? json_object_get(hq, "quantization") : NULL;
     if (json_is_object(q)) {
         reader rq = {qpath, "quantization", err, 0};

@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/loader.h"
 #include "model/tower.h"
+#include "base/file.h"
 #include "base/path.h"
 #include "tools/inspect.h"
 #include "tools/inspect_internal.h"
@@ -257,9 +258,12 @@ static void print_template(const char *dir, int max_bytes, FILE *out) {
     fprintf(out, "## chat template\n\n");
     if (!f) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        json_t *tc = json_load_file(path, 0, NULL);
+        json_t *tc = NULL;
+        drama_error terr = {0};
+        dr_read_json_file(path, (size_t)64 << 20, 1, &tc, &terr);
         json_t *t = tc ? json_object_get(tc, "chat_template") : NULL;
         if (json_is_string(t)) fprintf(out, "(from tokenizer_config.json)\n```\n%.*s\n```\n\n", max_bytes, json_string_value(t));
+        else if (terr.code) fprintf(out, "(none: %s)\n\n", terr.message);
         else fprintf(out, "(none)\n\n");
         json_decref(tc);
         return;

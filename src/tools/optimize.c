@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "drama.h"
+#include "base/file.h"
 #include "base/path.h"
 #include "base/receipt.h"
 #include "io/checkpoint.h"
@@ -24,6 +25,7 @@
 #include "tools/optimize_internal.h"
 
 #define RECEIPT_NAME "drama-optimize.json"
+#define OPT_CONFIG_MAX_BYTES ((size_t)64 << 20) /* config.json: a few KiB */
 
 int dr_opt_format_parse(const char *s, dr_opt_format *out) {
     static const struct { const char *name; dr_opt_format f; } k[] = {
@@ -459,11 +461,12 @@ static json_t *excluded_modules(const char *P, int globs) {
 static drama_status write_config(opt_run *r, drama_error *err) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/config.json", r->o->src);
-    json_error_t je;
-    json_t *cfg = json_load_file(p, 0, &je);
-    if (!cfg || !json_is_object(cfg)) {
+    json_t *cfg;
+    drama_status st = dr_read_json_file(p, OPT_CONFIG_MAX_BYTES, 0, &cfg, err);
+    if (st) return st;
+    if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return dr_fail(err, DRAMA_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
+        return dr_fail(err, DRAMA_EFORMAT, "%s: expected a JSON object", p);
     }
     if (r->o->experts != DR_OPT_KEEP) {
         /* the chosen format's entry replaces the source's, wherever the source had one */
@@ -505,7 +508,7 @@ static drama_status write_config(opt_run *r, drama_error *err) {
         break;
     }
     }
-    drama_status st = dump_json(cfg, r->partial, "config.json", err);
+    st = dump_json(cfg, r->partial, "config.json", err);
     if (!st && hf) st = dump_json(hf, r->partial, "hf_quant_config.json", err);
     json_decref(cfg);
     json_decref(hf);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "num/formats.h"
 #include "num/quant.h"
 #include "num/weight.h"
@@ -243,10 +244,9 @@ static json_t *prune_object(json_t *root) {
 }
 
 drama_status opt_keep_from_file(const char *path, const dr_backbone *bb, unsigned char *keep, drama_error *err) {
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return dr_fail(err, DRAMA_EFORMAT, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
+    json_t *root;
+    drama_status rst = dr_read_json_file(path, DR_FILE_MAX_BYTES, 0, &root, err);
+    if (rst) return rst;
     json_t *o = json_is_object(root) ? prune_object(root) : NULL;
     json_decref(root);
     drama_status st = DRAMA_OK;

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "base/file.h"
 #include "testutil.h"
@@ -111,6 +112,36 @@ static void test_follows_text_placeholder(void **state) {
 }
 
 /* stdin from a pipe fed by a child: the size is unknown, so the buffer grows past its first 64 KiB. */
+/* dr_read_json_file: optional files may be absent; present ones must read and parse. */
+static void test_json_file(void **state) {
+    (void)state;
+    const char *dir = tu_tmpdir();
+    json_t *root = (json_t *)1;
+    drama_error err = {0};
+    assert_int_equal(dr_read_json_file(path_in(dir, "absent.json"), 100, 1, &root, &err), DRAMA_OK);
+    assert_null(root);
+    assert_int_equal(dr_read_json_file(path_in(dir, "absent.json"), 100, 0, &root, &err), DRAMA_EIO);
+    assert_non_null(strstr(err.message, "absent.json: cannot read"));
+    const char *good = path_in(dir, "good.json");
+    tu_write_file(good, "{\"a\": [1, 2]}", 13);
+    assert_int_equal(dr_read_json_file(good, 100, 1, &root, &err), DRAMA_OK);
+    assert_int_equal(json_array_size(json_object_get(root, "a")), 2);
+    json_decref(root);
+    err = (drama_error){0};
+    assert_int_equal(dr_read_json_file(good, 12, 1, &root, &err), DRAMA_EFORMAT); /* the cap still applies */
+    assert_non_null(strstr(err.message, "too large (13 bytes, limit 12)"));
+    const char *bad = path_in(dir, "bad.json");
+    tu_write_file(bad, "{\"a\": 1,\n \"a\": 2}", 18);
+    err = (drama_error){0};
+    assert_int_equal(dr_read_json_file(bad, 100, 1, &root, &err), DRAMA_EFORMAT); /* duplicate key */
+    assert_null(root);
+    assert_non_null(strstr(err.message, "bad.json: line 2"));
+    tu_write_file(bad, "{\"a\": ", 6);
+    err = (drama_error){0};
+    assert_int_equal(dr_read_json_file(bad, 100, 1, &root, &err), DRAMA_EFORMAT); /* truncated */
+    assert_non_null(strstr(err.message, "bad.json: line 1"));
+}
+
 static void feed_stdin(size_t n) {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
@@ -170,6 +201,7 @@ int main(void) {
         cmocka_unit_test(test_missing_and_directory),
         cmocka_unit_test(test_follows_text_placeholder),
         cmocka_unit_test(test_stdin_stream),
+        cmocka_unit_test(test_json_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
