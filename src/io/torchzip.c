@@ -159,6 +159,11 @@ static drama_status check_crcs(const dr_pth *p, drama_error *err) {
             crc = crc32(crc, ze->data + off, len);
             off += len;
         }
+        if (p->mapped) { /* drop the pages just read from this process's RSS: most are never used again */
+            uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)ze->data + pg - 1) & ~(pg - 1);
+            uintptr_t b = ((uintptr_t)ze->data + ze->size) & ~(pg - 1);
+            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        }
         if ((uint32_t)crc != ze->crc)
             return dr_fail(err, DRAMA_EFORMAT, "%s: zip member '%s' (%llu bytes) fails its CRC-32 check (stored %08x, "
                            "computed %08x): the file is corrupt", p->path, ze->name, (unsigned long long)ze->size,
