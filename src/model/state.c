@@ -6,17 +6,17 @@
 
 #include "base/alloc.h"
 
-drama_status dr_bb_state_create(const dr_backbone *bb, int64_t reserve, dr_bb_state **out, drama_error *err) {
+/* A zeroed state of the given sizes with room for `reserve` positions (create and clone). */
+static drama_status state_alloc(int n_attn, int n_gdn, int64_t kv_dim, int64_t conv_len, int64_t rec_len,
+                                int64_t reserve, dr_bb_state **out, drama_error *err) {
     *out = NULL;
-    const dr_bb_dims *d = &bb->d;
     dr_bb_state *s = calloc(1, sizeof *s);
     if (!s) return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
-    s->n_attn = bb->n_attn;
-    s->n_gdn = bb->n_gdn;
-    s->kv_dim = (int64_t)d->nkv * d->hd;
-    int64_t C = 2 * (int64_t)d->nk * d->dk + (int64_t)d->nv * d->dv;
-    s->conv_len = (int64_t)(d->K > 1 ? d->K - 1 : 0) * C;
-    s->rec_len = (int64_t)d->nv * d->dk * d->dv;
+    s->n_attn = n_attn;
+    s->n_gdn = n_gdn;
+    s->kv_dim = kv_dim;
+    s->conv_len = conv_len;
+    s->rec_len = rec_len;
     s->k = calloc((size_t)(s->n_attn + 1), sizeof(float *));
     s->v = calloc((size_t)(s->n_attn + 1), sizeof(float *));
     s->conv = calloc((size_t)(s->n_gdn + 1), sizeof(float *));
@@ -36,6 +36,13 @@ drama_status dr_bb_state_create(const dr_backbone *bb, int64_t reserve, dr_bb_st
 oom:
     dr_bb_state_free(s);
     return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
+}
+
+drama_status dr_bb_state_create(const dr_backbone *bb, int64_t reserve, dr_bb_state **out, drama_error *err) {
+    const dr_bb_dims *d = &bb->d;
+    int64_t C = 2 * (int64_t)d->nk * d->dk + (int64_t)d->nv * d->dv;
+    return state_alloc(bb->n_attn, bb->n_gdn, (int64_t)d->nkv * d->hd, (int64_t)(d->K > 1 ? d->K - 1 : 0) * C,
+                       (int64_t)d->nv * d->dk * d->dv, reserve, out, err);
 }
 
 void dr_bb_state_free(dr_bb_state *s) {
@@ -111,33 +118,15 @@ drama_status dr_bb_state_copy(dr_bb_state *dst, const dr_bb_state *src, drama_er
 }
 
 drama_status dr_bb_state_clone(const dr_bb_state *src, dr_bb_state **out, drama_error *err) {
-    *out = NULL;
-    dr_bb_state *s = calloc(1, sizeof *s);
-    if (!s) return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
-    s->n_attn = src->n_attn;
-    s->n_gdn = src->n_gdn;
-    s->kv_dim = src->kv_dim;
-    s->conv_len = src->conv_len;
-    s->rec_len = src->rec_len;
-    s->k = calloc((size_t)(s->n_attn + 1), sizeof(float *));
-    s->v = calloc((size_t)(s->n_attn + 1), sizeof(float *));
-    s->conv = calloc((size_t)(s->n_gdn + 1), sizeof(float *));
-    s->rec = calloc((size_t)(s->n_gdn + 1), sizeof(float *));
-    if (!s->k || !s->v || !s->conv || !s->rec) goto oom;
-    for (int i = 0; i < s->n_gdn; i++) {
-        s->conv[i] = dr_calloc((size_t)(s->conv_len > 0 ? s->conv_len : 1), sizeof(float));
-        s->rec[i] = dr_calloc((size_t)s->rec_len, sizeof(float));
-        if (!s->conv[i] || !s->rec[i]) goto oom;
-    }
-    if (dr_bb_state_reserve(s, src->pos > 0 ? src->pos : 64, err) || dr_bb_state_copy(s, src, err)) {
-        dr_bb_state_free(s);
+    drama_status st =
+        state_alloc(src->n_attn, src->n_gdn, src->kv_dim, src->conv_len, src->rec_len, src->pos, out, err);
+    if (st) return st;
+    if (dr_bb_state_copy(*out, src, err)) {
+        dr_bb_state_free(*out);
+        *out = NULL;
         return err ? err->code : DRAMA_ENOMEM;
     }
-    *out = s;
     return DRAMA_OK;
-oom:
-    dr_bb_state_free(s);
-    return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
 }
 
 size_t dr_bb_state_bytes(const dr_bb_state *s) {
