@@ -161,6 +161,7 @@ void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
 /* ConvNeXt LayerNorm over the C channels of each time step of x [C][L], in place */
 void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps);
 void cd_tanh(const float *x, float *y, int64_t n); /* the decoder's last activation */
+void cd_gelu_erf(float *x, int64_t n); /* in place, 0.5 x (1 + erf(x / sqrt 2)): the ConvNeXt MLP */
 /* VQ (CODEC.md 3.8): x (dim values, stride apart) / max(||x||, 1e-12) -> out; returns ||out||^2 */
 #define CD_VQ_MAX_DIM 64
 float cd_unit_vector(const float *x, int64_t stride, int dim, float *out);

@@ -303,7 +303,7 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
         rc = cd_conv_run(&b->pw1, NULL, h, L, m, pool, err);
     }
     if (!rc) {
-        for (int64_t i = 0; i < (int64_t)H * L; i++) m[i] = 0.5f * m[i] * (1.0f + erff(m[i] * (float)M_SQRT1_2));
+        cd_gelu_erf(m, (int64_t)H * L);
         rc = cd_conv_run(&b->pw2, NULL, m, L, o, pool, err);
     }
     if (!rc)
@@ -311,6 +311,10 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
             for (int64_t t = 0; t < L; t++) x[(int64_t)c * L + t] += b->gamma[c] * o[(int64_t)c * L + t];
     dr_free(h), dr_free(m), dr_free(o);
     return rc;
+}
+
+void cd_gelu_erf(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
 void cd_tanh(const float *x, float *y, int64_t n) {

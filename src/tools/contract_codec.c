@@ -1,7 +1,7 @@
 /* contract_codec.c - `drama contract` entries for the codec's own kernels (src/codec/ops.c,
  * transformer.c, through codec/internal.h): causal, strided, grouped and transposed convs (plus
  * the history carried between chunks), Snake, the ConvNeXt layer norm, the transformer's RMS
- * norm, RoPE, windowed attention (and its KV window), SwiGLU gate, output tanh and the VQ search.
+ * norm, RoPE, windowed attention (and its KV window), SwiGLU gate, ConvNeXt GELU, output tanh and the VQ search.
  * Float64 references, tolerances from each op's operation sequence (docs/contract.md). */
 #include <math.h>
 #include <stdlib.h>
@@ -15,11 +15,11 @@
 #define TINY 0x1p-140
 
 enum { K_CONV, K_STRIDED, K_GROUPED, K_TRANSPOSED, K_SNAKE, K_LN, K_RMS, K_ROPE, K_ROPE_F32,
-       K_ATTEND, K_SWIGLU, K_TANH, K_VQ, K_COUNT };
+       K_ATTEND, K_SWIGLU, K_TANH, K_VQ, K_GELU, K_COUNT };
 static const char *const k_names[K_COUNT] = {
     "codec.conv1d", "codec.conv_strided", "codec.conv_grouped", "codec.conv_transposed", "codec.snake",
     "codec.layernorm", "codec.rms_norm", "codec.rope", "codec.rope_f32", "codec.attend", "codec.swiglu",
-    "codec.tanh", "codec.vq_nearest"};
+    "codec.tanh", "codec.vq_nearest", "codec.gelu"};
 static const char *const k_precision[K_COUNT] = {
     "fp32 sum of cin*K products in order, then + bias; tol = (cin*K+2)u(|b| + sum|w x|); chunked run == whole",
     "as conv1d on inputs t*s - (span - s) + k*d; tol = (cin*K+2)u(|b| + sum|w x|); chunked run == whole",
@@ -33,10 +33,11 @@ static const char *const k_precision[K_COUNT] = {
     "fp32 scores, max-subtracted expf, fp32 sums; tol = 2x first-order bound; KV window carried: chunks == whole",
     "g = a / (1 + expf(-a)) * u in fp32; tol = 10u|y| + 2^-120|u| (expf overflow for a < -88.7 gives 0)",
     "libm tanhf (<= 2 ulp); tol = 4u|y| + 2^-140",
-    "argmin of |e^|^2 - 2 e^.c^ + |c^|^2 within the fp32 bound E = (2 dim + 16)u(sum of magnitudes); ties: lowest"};
+    "argmin of |e^|^2 - 2 e^.c^ + |c^|^2 within the fp32 bound E = (2 dim + 16)u(sum of magnitudes); ties: lowest",
+    "0.5 x (1 + erff(x fp32(1/sqrt2))) in fp32, erff <= 1 ulp; tol = 2(|x|/2 (u|1+e| + 2u|e| + 2u|t| E'(t)) + u|y|)"};
 
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
-       CC_WIDE, CC_TIES_HIGH };
+       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -516,10 +517,16 @@ static void check_attend(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     tf_window_case(res, &s, ctx->pool);
 }
 
-/* ---- element-wise: SwiGLU gate, tanh ---- */
+/* ---- element-wise: SwiGLU gate, tanh, GELU ---- */
+
+/* The tanh approximation of GELU: a plausible wrong kernel (codec.json requires "erf"). */
+static void gelu_tanh_approx(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
 
 static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int64_t n) {
-    int glu = k->variant == K_SWIGLU;
+    int glu = k->variant == K_SWIGLU, gelu = k->variant == K_GELU;
     float *a = fvec(n), *u = fvec(n), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
     fill(s, kind, a, n);
@@ -528,7 +535,13 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
     if (kind == X_NONFINITE && n > 3) a[0] = NAN, a[1] = INFINITY, a[2] = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         double av = a[i];
-        if (glu) {
+        if (gelu) { /* t = x fp32(1/sqrt2) carries 2u; erf' = 2/sqrt(pi) exp(-t^2) */
+            double t = av * M_SQRT1_2, e = erf(t);
+            ref[i] = 0.5 * av * (1 + e);
+            double de = 2 * U * fabs(t) * 1.1283791670955126 * exp(-t * t);
+            tol[i] = 2 * (0.5 * fabs(av) * (U * fabs(1 + e) + 2 * U * fabs(e) + de) + U * fabs(ref[i])) + TINY;
+            alt[i] = ct_h(0.5f * a[i] * ct_h(1.0f + erff(a[i] * (float)M_SQRT1_2)));
+        } else if (glu) {
             ref[i] = av / (1 + exp(-av)) * u[i];
             tol[i] = 10 * U * fabs(ref[i]) + 0x1p-120 * fabs(u[i]) + TINY;
             alt[i] = ct_h(a[i] / (1.0f + expf(-a[i]))) * u[i];
@@ -538,7 +551,11 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
             alt[i] = ct_h(tanhf(a[i]));
         }
     }
-    if (glu) {
+    if (gelu) {
+        memcpy(y, a, (size_t)n * sizeof *y); /* in place */
+        if (k->control == CC_GELU_TANH) gelu_tanh_approx(y, n);
+        else cd_gelu_erf(y, n);
+    } else if (glu) {
         memcpy(y, a, (size_t)n * sizeof *y); /* in place */
         cd_swiglu(y, u, n);
     } else {
@@ -693,6 +710,7 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
         case K_ATTEND: cd_attend(&cf, a, c, d, 127, 16, b, ctx->pool); break;
         case K_SWIGLU: cd_swiglu(c, d, 3072 * 16); break;
         case K_TANH: cd_tanh(c, d, 32768); break;
+        case K_GELU: cd_gelu_erf(c, 32768); break;
         case K_VQ:
             for (int t = 0; t < 16; t++) cd_vq_nearest(&q, b + t, 16);
             break;
@@ -708,8 +726,8 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
 static const char *const k_time_shape[K_COUNT] = {
     "64->64 k7 L=1024", "64->128 k8 s4 L=1024", "dw 1024 k7 L=64", "128->64 k16 s8 L=128", "C=64 L=1024",
     "C=1024 L=64", "D=1024 L=64", "16x64 L=64", "16x64 L=64", "16x64 W=128 L=16", "n=49152", "n=32768",
-    "4096 codes x 16"};
-static const double k_limit_ms[K_COUNT] = {20, 10, 2, 10, 2, 1, 1, 2, 2, 5, 1, 0.5, 2};
+    "4096 codes x 16", "n=32768"};
+static const double k_limit_ms[K_COUNT] = {20, 10, 2, 10, 2, 1, 1, 2, 2, 5, 1, 0.5, 2, 0.5};
 
 static ct_check_fn k_check(int v) {
     switch (v) {
@@ -718,7 +736,7 @@ static ct_check_fn k_check(int v) {
     case K_LN: case K_RMS: return check_norm;
     case K_ROPE: case K_ROPE_F32: return check_rope;
     case K_ATTEND: return check_attend;
-    case K_SWIGLU: case K_TANH: return check_elementwise;
+    case K_SWIGLU: case K_TANH: case K_GELU: return check_elementwise;
     default: return check_vq;
     }
 }
@@ -748,6 +766,7 @@ int ct_codec_controls(ct_kernel *out, int max) {
         {K_RMS, CC_NO_EPS, "epsilon left out"},
         {K_ATTEND, CC_WIDE, "window one position too long"},
         {K_VQ, CC_TIES_HIGH, "ties to the higher index"},
+        {K_GELU, CC_GELU_TANH, "tanh approximation instead of erf"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

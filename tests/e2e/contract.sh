@@ -24,12 +24,12 @@ ops="rms_norm l2norm softmax rope_half rope_interleaved attend conv_step gdn_ste
 # the model-level ops (backbone, tower, sampler) and the codec's kernels
 model_ops="silu swiglu sigmoid_mul gated_rms_norm gdn_gates moe_route moe_combine guidance exp_weights top_p_count attend_f64"
 codec_ops="codec.conv1d codec.conv_strided codec.conv_grouped codec.conv_transposed codec.snake codec.layernorm
-           codec.rms_norm codec.rope codec.rope_f32 codec.attend codec.swiglu codec.tanh codec.vq_nearest"
+           codec.rms_norm codec.rope codec.rope_f32 codec.attend codec.swiglu codec.tanh codec.vq_nearest codec.gelu"
 for k in $ops $model_ops $codec_ops; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
 # every op and every quantised matmul format family has a planted control that went red
 for k in $ops matmul.fp8_block matmul.nvfp4 matmul.affine4 matmul.affine8 matmul.bf16 matmul.f32 \
          silu swiglu gated_rms_norm gdn_gates moe_route guidance attend_f64 \
-         codec.conv1d codec.conv_transposed codec.snake codec.layernorm codec.attend codec.vq_nearest; do
+         codec.conv1d codec.conv_transposed codec.snake codec.layernorm codec.attend codec.vq_nearest codec.gelu; do
     grep -q "^RED    control $k " "$out" || { echo "FAIL: no red control for $k"; exit 1; }
 done
 [ "$c" -ge 40 ] || { echo "FAIL: fewer than 40 planted controls"; exit 1; }
