@@ -156,12 +156,39 @@ static void conv_block_generic(const conv_job *j, int ob, int64_t t0, int64_t nt
     }
 }
 
+/* Strided, groups-1 conv: the generic loop's sums, vectorised across the OB outputs of the block
+ * (each lane runs the same sum in the same order, so the values equal the generic loop's). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__AVX2__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void conv_block_strided(const conv_job *j, int ob, int64_t t0, int64_t nt) {
+    int cin = j->cin, K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
+    const float *wb = j->w + (int64_t)ob * cin * K * OB;
+    for (int64_t t = 0; t < nt; t++) {
+        v8 acc = {0};
+        for (int i = 0; i < cin; i++) {
+            const float *xr = j->x + (int64_t)i * j->lx + (t0 + t) * s;
+            const float *wr = wb + (int64_t)i * K * OB;
+            for (int k = 0; k < K; k++) {
+                v8 wv;
+                memcpy(&wv, wr + (int64_t)k * OB, sizeof wv);
+                acc = acc + wv * xr[(int64_t)k * d];
+            }
+        }
+        for (int r = 0; r < no; r++) {
+            float b = j->b ? j->b[o0 + r] : 0.0f;
+            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
+        }
+    }
+}
+
 static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     int64_t ob = idx / j->n_tiles, tile = idx % j->n_tiles;
     int64_t t0 = tile * TT, nt = j->ly - t0 < TT ? j->ly - t0 : TT;
     if (j->stride == 1 && j->groups == 1) conv_block_s1(j, (int)ob, t0, nt);
+    else if (j->groups == 1) conv_block_strided(j, (int)ob, t0, nt);
     else conv_block_generic(j, (int)ob, t0, nt);
 }
 
