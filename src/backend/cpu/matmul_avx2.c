@@ -1,7 +1,9 @@
 /* matmul_avx2.c - AVX2/FMA/F16C dequantisation and the canonical dot product (kernels.h).
  * Compiled for every x86-64 build through target attributes and called only after a run-time
  * CPU check, so the binary still runs on older CPUs. Every dequantised value equals
- * dr_weight_dequant_row's bit for bit (the same fp32 operations in the same order). */
+ * dr_weight_dequant_row's bit for bit: the same fp32 operations, or ones shown equal where they
+ * differ (NVFP4 tables, affine fma), with a fallback wherever that argument does not hold
+ * (tests/unit/test_kernels_fastpaths.c probes each switch). */
 #include "backend/cpu/kernels.h"
 
 #include <math.h>
