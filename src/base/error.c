@@ -4,6 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifndef DRAMA_GIT_COMMIT /* builds other than CMake's (device_build.sh) define it themselves */
+#include "drama_git_commit.h" /* generated at every build by scripts/git-commit.cmake */
+#endif
+
 drama_status dr_fail(drama_error *err, drama_status code, const char *fmt, ...) {
     if (!err || err->code != DRAMA_OK) return code;
     err->code = code;
