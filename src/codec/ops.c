@@ -79,6 +79,31 @@ void cd_conv_pack(const cd_conv *cv, const float *w, float *packed) {
     }
 }
 
+/* nt output steps from t0 (any stride, groups 1), vectorised across the OB outputs of block ob:
+ * each lane runs the plain per-output sum in order, so a value equals the scalar loop's. Inlined
+ * into each caller's clone. */
+static inline __attribute__((always_inline)) void steps_across_outputs(const conv_job *j, int ob, int64_t t0,
+                                                                       int64_t nt) {
+    int cin = j->cin, K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
+    const float *wb = j->w + (int64_t)ob * cin * K * OB;
+    for (int64_t t = 0; t < nt; t++) {
+        v8 acc = {0};
+        for (int i = 0; i < cin; i++) {
+            const float *xr = j->x + (int64_t)i * j->lx + (t0 + t) * s;
+            const float *wr = wb + (int64_t)i * K * OB;
+            for (int k = 0; k < K; k++) {
+                v8 wv;
+                memcpy(&wv, wr + (int64_t)k * OB, sizeof wv);
+                acc = acc + wv * xr[(int64_t)k * d];
+            }
+        }
+        for (int r = 0; r < no; r++) {
+            float b = j->b ? j->b[o0 + r] : 0.0f;
+            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
+        }
+    }
+}
+
 /* Stride-1, groups-1 conv on one block of OB outputs. Every output is the same fixed-order sum
  * a = 0; a = a + w[o][i][k] * x[i][t + k d] over i, then k; y = a + bias. Full groups of VW
  * steps are vectorised across time (4 outputs x 8 steps in registers); the remaining steps are
@@ -119,22 +144,7 @@ static void conv_block_s1(const conv_job *j, int ob, int64_t t0, int64_t nt) {
             }
         }
     }
-    for (; t < nt; t++) {
-        v8 acc = {0};
-        for (int i = 0; i < cin; i++) {
-            const float *xr = j->x + (int64_t)i * j->lx + t0 + t;
-            const float *wr = wb + (int64_t)i * K * OB;
-            for (int k = 0; k < K; k++) {
-                v8 wv;
-                memcpy(&wv, wr + (int64_t)k * OB, sizeof wv);
-                acc = acc + wv * xr[(int64_t)k * d];
-            }
-        }
-        for (int r = 0; r < no; r++) {
-            float b = j->b ? j->b[o0 + r] : 0.0f;
-            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
-        }
-    }
+    steps_across_outputs(j, ob, t0 + t, nt - t);
 }
 
 /* General case (strides, groups): a plain loop with the same per-output order. */
@@ -156,31 +166,11 @@ static void conv_block_generic(const conv_job *j, int ob, int64_t t0, int64_t nt
     }
 }
 
-/* Strided, groups-1 conv: the generic loop's sums, vectorised across the OB outputs of the block
- * (each lane runs the same sum in the same order, so the values equal the generic loop's). */
+/* Strided, groups-1 conv: the generic loop's sums, vectorised across the OB outputs of the block. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__AVX2__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void conv_block_strided(const conv_job *j, int ob, int64_t t0, int64_t nt) {
-    int cin = j->cin, K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
-    const float *wb = j->w + (int64_t)ob * cin * K * OB;
-    for (int64_t t = 0; t < nt; t++) {
-        v8 acc = {0};
-        for (int i = 0; i < cin; i++) {
-            const float *xr = j->x + (int64_t)i * j->lx + (t0 + t) * s;
-            const float *wr = wb + (int64_t)i * K * OB;
-            for (int k = 0; k < K; k++) {
-                v8 wv;
-                memcpy(&wv, wr + (int64_t)k * OB, sizeof wv);
-                acc = acc + wv * xr[(int64_t)k * d];
-            }
-        }
-        for (int r = 0; r < no; r++) {
-            float b = j->b ? j->b[o0 + r] : 0.0f;
-            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
-        }
-    }
-}
+static void conv_block_strided(const conv_job *j, int ob, int64_t t0, int64_t nt) { steps_across_outputs(j, ob, t0, nt); }
 
 static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
