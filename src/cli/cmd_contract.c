@@ -12,10 +12,11 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: drama contract [--only PATTERN] [--no-limits] [--threads N] [--seed S] [--list]\n"
                "                      [--golden DIR]\n\n"
-               "Checks every kernel (matmul per stored format and code path, norms, softmax, RoPE,\n"
-               "attention, conv and DeltaNet steps) against a float64 reference on random, ragged and\n"
-               "adversarial fixtures, and runs planted defects that must be caught. PATTERN is a glob\n"
-               "or a substring of kernel names. --no-limits skips the timing runs (times are reported,\n"
+               "Checks every kernel (matmul per stored format and code path on the CPU and on CUDA,\n"
+               "the ops of the backbone, tower and sampler, the codec's kernels) against a float64\n"
+               "reference on random, ragged and adversarial fixtures, and runs planted defects that\n"
+               "must be caught. PATTERN is a glob or a substring, matched against each name and\n"
+               "against <backend>/<name> (e.g. cuda, 'cpu*/matmul.nvfp4'). --no-limits skips the timing runs (times are reported,\n"
                "never enforced). --golden (default $DRAMA_GOLDEN) adds the format fixtures of\n"
                "ref/quant-units.safetensors. The last line is\n"
                "  SUMMARY N kernels: P pass, F fail; C controls: R red as planted, M missed\n");
@@ -56,6 +57,10 @@ int cmd_contract(int argc, char **argv) {
     }
     dr_contract_summary s;
     int rc = dr_contract_run(&o, stdout, &s);
+    if (o.list && s.listed == 0) {
+        fprintf(stderr, "drama contract: no kernel matches '%s'\n", o.only ? o.only : "");
+        return DR_EXIT_USAGE;
+    }
     if (!o.list && s.kernels == 0 && s.controls == 0) {
         if (s.not_run)
             fprintf(stderr, "drama contract: none of the %d selected entries can run here: %s\n", s.not_run,

@@ -40,6 +40,14 @@ double ct_now_ms(void) {
 
 float ct_h(float v) { return dr_f16_to_f32(dr_f32_to_f16(v)); }
 
+void ct_case_error(ct_result *res, const char *case_name, const char *msg) {
+    res->cases++;
+    res->failed_cases++;
+    res->run_errors++;
+    if (!res->first_failure[0])
+        snprintf(res->first_failure, sizeof res->first_failure, "%s: could not run: %s", case_name, msg);
+}
+
 /* Worst violation in a case: returns max err/tol (INFINITY for a NaN/Inf rule violation). */
 static double case_ratio(const float *out, const double *ref, const double *tol, int64_t n, int64_t *where,
                          double *max_abs, double *relnorm) {
@@ -57,6 +65,7 @@ static double case_ratio(const float *out, const double *ref, const double *tol,
             double e = fabs(o - r);
             ratio = e / tol[i];
             if (e == 0) ratio = 0;
+            if (!(tol[i] >= 0) || isinf(tol[i])) ratio = INFINITY; /* a NaN/Inf/negative bound is a reference bug */
             if (e > ma) ma = e;
             num += e * e;
             den += r * r;
@@ -198,6 +207,7 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
         if (o->list) {
             fprintf(out, "kernel  %-24s %-13s %s%s\n", k->name, k->backend, k->precision,
                     skip_k[i] ? " [not run here]" : "");
+            s.listed++;
             continue;
         }
         if (skip_k[i]) continue;
@@ -231,17 +241,21 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
         if (o->list) {
             fprintf(out, "control %-24s %-13s %s%s\n", k->name, k->backend, k->control_desc,
                     skip_c[i] ? " [not run here]" : "");
+            s.listed++;
             continue;
         }
         if (skip_c[i]) continue;
         ct_result r = {0};
         k->check(k, &ctx, &r);
-        int red = r.failed_cases > 0;
+        int red = r.failed_cases > 0 && r.run_errors == 0; /* red only from numbers the fixtures saw */
         s.controls++;
         if (red) s.red++;
         else s.missed++;
         fprintf(out, "%s control %-24s (%s): %s\n", red ? "RED   " : "MISSED", k->name, k->control_desc,
-                red ? "red as planted" : "PASSED: the contract cannot see this defect");
+                red ? "red as planted"
+                : r.run_errors ? "could not run, so it proves nothing"
+                               : "PASSED: the contract cannot see this defect");
+        if (!red && r.run_errors) fprintf(out, "     %s\n", r.first_failure);
         if (red) fprintf(out, "     caught by %d of %d cases; first: %s\n", r.failed_cases, r.cases, r.first_failure);
         fflush(out);
     }

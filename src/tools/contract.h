@@ -23,6 +23,7 @@ typedef struct dr_contract_options {
 typedef struct dr_contract_summary {
     int kernels, pass, fail;
     int controls, red, missed;
+    int listed;            /* --list: entries listed */
     int not_run;           /* set only when every selected entry was unavailable (e.g. no CUDA device) */
     char not_run_why[200]; /* and why */
 } dr_contract_summary;

@@ -37,7 +37,7 @@ static const char *const k_precision[K_COUNT] = {
     "0.5 x (1 + erff(x fp32(1/sqrt2))) in fp32, erff <= 1 ulp; tol = 2(|x|/2 (u|1+e| + 2u|e| + 2u|t| E'(t)) + u|y|)"};
 
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
-       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH };
+       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -278,6 +278,7 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
             ref[i] = yv;
             tol[i] = 2 * (fabs(w[c]) * r * (emu + U * fabs(d)) + fabs(w[c] * d) * r * (rel_r + 2 * U) + U * fabs(yv) +
                           (ln ? U * fabs(b[c]) : 0)) + TINY;
+            if (isinf(V)) tol[i] = TINY; /* an infinite input makes r exactly 0: finite channels give exactly 0 */
             alt[i] = (x[i] - hmu) * hr * w[c] + (ln ? b[c] : 0.0f);
         }
     }
@@ -360,7 +361,9 @@ static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
                 alt[i1] = x[i1] * hc + x[i0] * hs;
             }
     memcpy(y, x, (size_t)n * sizeof *y); /* in place on the k rows of a qkv buffer */
-    cd_rope_ct(y, Dq, &cf, L, pos0);
+    dr_codec_tf_config run_cf = cf;
+    if (k->control == CC_ROPE_BASE) run_cf.rope_base = 500000; /* planted: another model's RoPE base */
+    cd_rope_ct(y, Dq, &run_cf, L, pos0);
     char name[96];
     snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", x_kind[kind], H, hd, (long long)L,
              (long long)pos0);
@@ -555,12 +558,17 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
         memcpy(y, a, (size_t)n * sizeof *y); /* in place */
         if (k->control == CC_GELU_TANH) gelu_tanh_approx(y, n);
         else cd_gelu_erf(y, n);
+    } else if (glu && k->control == CC_SWAP) { /* planted: gate and up swapped */
+        memcpy(y, u, (size_t)n * sizeof *y);
+        cd_swiglu(y, a, n);
     } else if (glu) {
         memcpy(y, a, (size_t)n * sizeof *y); /* in place */
         cd_swiglu(y, u, n);
     } else {
         ct_poison(y, n);
         cd_tanh(a, y, n);
+        if (k->control == CC_HALF) /* planted: an fp16 tanh */
+            for (int64_t i = 0; i < n; i++) y[i] = ct_h(y[i]);
     }
     char name[96];
     snprintf(name, sizeof name, "%s n=%lld", x_kind[kind], (long long)n);
@@ -767,6 +775,10 @@ int ct_codec_controls(ct_kernel *out, int max) {
         {K_ATTEND, CC_WIDE, "window one position too long"},
         {K_VQ, CC_TIES_HIGH, "ties to the higher index"},
         {K_GELU, CC_GELU_TANH, "tanh approximation instead of erf"},
+        {K_ROPE, CC_ROPE_BASE, "RoPE base 500000 instead of the configured one"},
+        {K_ROPE_F32, CC_ROPE_BASE, "RoPE base 500000 instead of the configured one"},
+        {K_SWIGLU, CC_SWAP, "gate and up swapped"},
+        {K_TANH, CC_HALF, "tanh rounded to fp16"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

@@ -22,9 +22,7 @@ static dr_st_file *open_units(const ct_kernel *k, ct_result *res) {
     dr_st_file *f = NULL;
     drama_error err = {0};
     if (dr_st_open(k->data, &f, &err) != DRAMA_OK) {
-        res->cases++;
-        res->failed_cases++;
-        snprintf(res->first_failure, sizeof res->first_failure, "%s", err.message);
+        ct_case_error(res, k->data, err.message);
         return NULL;
     }
     return f;
@@ -33,9 +31,9 @@ static dr_st_file *open_units(const ct_kernel *k, ct_result *res) {
 static const dr_tensor *need(dr_st_file *f, const char *name, int64_t n_min, ct_result *res) {
     const dr_tensor *t = dr_st_find(f, name);
     if (!t || dr_tensor_numel(t) < n_min) {
-        res->cases++;
-        res->failed_cases++;
-        snprintf(res->first_failure, sizeof res->first_failure, "%s: tensor %s missing or too small", k_path, name);
+        char msg[160];
+        snprintf(msg, sizeof msg, "tensor %s missing or too small", name);
+        ct_case_error(res, k_path, msg);
         return NULL;
     }
     return t;
@@ -212,9 +210,7 @@ static void check_units(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         drama_error err = {0};
         if (!parts[0] || dr_weight_bind(parts[0], scale, parts[3], parts[4], -1, 0, 0, &w, &err) != DRAMA_OK ||
             dq->ndim != 2 || dq->shape[0] != w.rows || dq->shape[1] != w.cols || dq->dtype != DR_DT_F32) {
-            res->cases++;
-            res->failed_cases++;
-            snprintf(res->first_failure, sizeof res->first_failure, "%s: cannot bind: %s", base, err.message);
+            ct_case_error(res, base, err.message[0] ? err.message : "cannot bind the unit");
             continue;
         }
         units++;
@@ -255,9 +251,7 @@ static void check_units(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         free(row), free(x), free(y), free(alt), free(dqa), free(ref), free(tol), free(zero), free(dref);
     }
     if (!units) {
-        res->cases++;
-        res->failed_cases++;
-        snprintf(res->first_failure, sizeof res->first_failure, "%s: no <unit>.dequant tensors", k->data);
+        ct_case_error(res, k->data, "no <unit>.dequant tensors");
     }
     dr_st_close(f);
 }

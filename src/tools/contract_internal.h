@@ -20,6 +20,7 @@ typedef struct ct_result {
     int discriminating;   /* a precision-discriminating fixture ran and the fp16 variant failed on it */
     int discr_checked;    /* such a fixture exists for this kernel */
     double discr_ratio;   /* the fp16 variant's max err/tol on it */
+    int run_errors;       /* cases that could not run (setup failed): a control with any is MISSED, not red */
     char first_failure[320];
 } ct_result;
 
@@ -98,6 +99,9 @@ typedef int (*ct_matmul_run_fn)(const ct_kernel *k, ct_ctx *ctx, const dr_weight
 int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, ct_matmul_run_fn run, void *arg);
 
 /* ---- helpers (contract.c) ---- */
+/* A case that could not run (a weight not built, a device call failed): counts as a failed case, and
+ * marks the result so that a planted control is never red because of it. */
+void ct_case_error(ct_result *res, const char *case_name, const char *msg);
 uint64_t ct_rand_u64(uint64_t *s);
 double ct_rand_uniform(uint64_t *s);  /* [0, 1) */
 double ct_rand_normal(uint64_t *s);

@@ -381,19 +381,14 @@ int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, 
             snprintf(name, sizeof name, "%s [%lld,%lld] n=%lld", ct_matmul_kinds[kind], (long long)rows, (long long)cols,
                      (long long)n);
             if (ct_w_make(&t, f, wsrc, rows, cols) != 0) {
-                res->cases++;
-                res->failed_cases++;
-                snprintf(res->first_failure, sizeof res->first_failure, "%s: could not build the weight", name);
+                ct_case_error(res, name, "could not build the weight");
             } else {
                 ct_matmul_reference(&t.w, x, n, chain, ref, tol, alt);
                 ct_poison(y, n * rows);
                 char msg[200] = "";
                 if (run(k, ctx, &t.w, x, n, y, arg, msg, sizeof msg) != 0) {
                     errors++;
-                    res->cases++;
-                    res->failed_cases++;
-                    if (!res->first_failure[0])
-                        snprintf(res->first_failure, sizeof res->first_failure, "%s: %s", name, msg);
+                    ct_case_error(res, name, msg);
                 } else {
                     ct_compare(res, name, y, ref, tol, n * rows);
                     if (kind == CT_K_DISCR) ct_discriminate(res, name, alt, ref, tol, n * rows);
@@ -412,7 +407,58 @@ int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, 
 }
 
 /* CPU chain: K products and additions plus the exact-dequant roundings (affine: in m_k) */
-static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) { ct_matmul_cases(k, ctx, res, 4, run_cpu, NULL); }
+/* The CPU kernel's structure, as the engine calls it: activation tiles of 16 rows with a partial
+ * last tile (n = 16, 17, 33), output row ranges starting past 0 (the lm_head slice, an expert's row
+ * block) and the pool-less calls of the MoE (NULL pool). Random fixtures; each run poisons y. */
+static void structure_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    int f = k->variant & 0xFF;
+    int64_t g = ct_matmul_granule(f), nmax = 33;
+    uint64_t seed = ctx->seed ^ (uint64_t)(k->variant * 15485863 + 3);
+    const int64_t shapes[2][2] = {{37, (101 + g - 1) / g * g}, {130, (200 + g - 1) / g * g}};
+    /* {shape, n, r0, r1 (0: all rows), pool} */
+    const int64_t runs[][5] = {{0, 16, 0, 0, 1}, {0, 17, 0, 0, 1}, {1, 33, 0, 0, 0}, {1, 17, 3, 97, 0},
+                               {1, 2, 129, 130, 1}, {0, 5, 5, 37, 0}};
+    for (int si = 0; si < 2; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        float *wsrc = malloc((size_t)(rows * cols) * sizeof *wsrc), *x = malloc((size_t)(nmax * cols) * sizeof *x);
+        float *yr = malloc((size_t)(nmax * rows) * sizeof *yr);
+        double *ref = malloc((size_t)(nmax * rows) * sizeof *ref), *tol = malloc((size_t)(nmax * rows) * sizeof *tol);
+        double *ref_r = malloc((size_t)(nmax * rows) * sizeof *ref_r);
+        double *tol_r = malloc((size_t)(nmax * rows) * sizeof *tol_r);
+        ct_matmul_fill(CT_K_RANDOM, f, &seed, wsrc, rows, cols, x, nmax);
+        ct_w t;
+        char name[128];
+        if (ct_w_make(&t, f, wsrc, rows, cols) != 0) {
+            snprintf(name, sizeof name, "structure [%lld,%lld]", (long long)rows, (long long)cols);
+            ct_case_error(res, name, "could not build the weight");
+        } else {
+            ct_matmul_reference(&t.w, x, nmax, 4, ref, tol, NULL);
+            for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+                if (runs[i][0] != si) continue;
+                int64_t n = runs[i][1], r0 = runs[i][2], r1 = runs[i][3] ? runs[i][3] : rows, m = r1 - r0;
+                snprintf(name, sizeof name, "structure [%lld,%lld] n=%lld rows [%lld,%lld) %s", (long long)rows,
+                         (long long)cols, (long long)n, (long long)r0, (long long)r1,
+                         runs[i][4] ? "pool" : "no pool");
+                for (int64_t a = 0; a < n; a++)
+                    for (int64_t r = 0; r < m; r++) {
+                        ref_r[a * m + r] = ref[a * rows + r0 + r];
+                        tol_r[a * m + r] = tol[a * rows + r0 + r];
+                    }
+                ct_poison(yr, n * m);
+                dr_cpu_matmul_path(&t.w, r0, r1, x, n, yr, runs[i][4] ? ctx->pool : NULL,
+                                   (dr_cpu_path)(k->variant >> 8));
+                ct_compare(res, name, yr, ref_r, tol_r, n * m);
+            }
+        }
+        ct_w_free(&t);
+        free(wsrc), free(x), free(yr), free(ref), free(tol), free(ref_r), free(tol_r);
+    }
+}
+
+static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    ct_matmul_cases(k, ctx, res, 4, run_cpu, NULL);
+    if (!k->control) structure_cases(k, ctx, res); /* the controls emulate whole products only */
+}
 
 static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
     int f = k->variant & 0xFF;
@@ -438,7 +484,8 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *k_precision =
-    "weights dequantised exactly to fp32 (FORMATS.md 4), fp32 products and accumulation; "
+    "weights dequantised to fp32 as FORMATS.md 4 (codes exact, one rounding per scale product), fp32 products and "
+    "accumulation; "
     "tol = (K+4) u sum|x||w| (affine: |w| -> |s q|+|w|), u = 2^-24; NaN/Inf propagate";
 
 int ct_matmul_kernels(ct_kernel *out, int max) {
@@ -469,6 +516,11 @@ int ct_matmul_controls(ct_kernel *out, int max) {
         {CT_F_F32, C_DROP_TAIL, "drops the last K % 32 columns"},
         {CT_F_AFF4, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
         {CT_F_AFF8, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {CT_F_F16, C_FP16_ACCUM, "fp16 accumulation"},
+        {CT_F_FP8T, C_DROP_TAIL, "drops the last K % 32 columns"},
+        {CT_F_AFF4_G32, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {CT_F_AFF4_G128, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
+        {CT_F_AFF8_G128, C_GROUP_OFF_BY_ONE, "scale and bias of the previous group"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

@@ -28,11 +28,11 @@ codec_ops="codec.conv1d codec.conv_strided codec.conv_grouped codec.conv_transpo
 for k in $ops $model_ops $codec_ops; do grep -q "^PASS $k " "$out" || { echo "FAIL: $k missing"; exit 1; }; done
 # every op and every quantised matmul format family has a planted control that went red
 for k in $ops matmul.fp8_block matmul.nvfp4 matmul.affine4 matmul.affine8 matmul.bf16 matmul.f32 \
-         silu swiglu gated_rms_norm gdn_gates moe_route guidance attend_f64 \
-         codec.conv1d codec.conv_transposed codec.snake codec.layernorm codec.attend codec.vq_nearest codec.gelu; do
+         matmul.f16 matmul.fp8_tensor matmul.affine4_g32 matmul.affine4_g128 matmul.affine8_g128 \
+         $model_ops $codec_ops; do
     grep -q "^RED    control $k " "$out" || { echo "FAIL: no red control for $k"; exit 1; }
 done
-[ "$c" -ge 40 ] || { echo "FAIL: fewer than 40 planted controls"; exit 1; }
+[ "$c" -ge 50 ] || { echo "FAIL: fewer than 50 planted controls"; exit 1; }
 # with the golden data (ctest sets DRAMA_GOLDEN) the format fixtures of quant-units run too
 if [ -f "${DRAMA_GOLDEN:-}/ref/quant-units.safetensors" ]; then
     for k in format.e4m3 format.e2m1 format.bf16 matmul.golden_units; do
@@ -51,4 +51,6 @@ tail -n 1 "$out" | grep -Eq '^SUMMARY [0-9]+ kernels: [0-9]+ pass, 0 fail; 1 con
 [ $? -eq 2 ] || { echo "FAIL: bad option must exit 2"; exit 1; }
 "$DRAMA_BIN" contract --only no-such-kernel --no-limits >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "FAIL: empty selection must exit 2"; exit 1; }
+"$DRAMA_BIN" contract --only no-such-kernel --list >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: --list of an empty selection must exit 2"; exit 1; }
 echo "contract e2e: ok ($last)"
