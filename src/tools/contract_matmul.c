@@ -413,7 +413,7 @@ int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, 
 static void structure_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     int f = k->variant & 0xFF;
     int64_t g = ct_matmul_granule(f), nmax = 33;
-    uint64_t seed = ctx->seed ^ (uint64_t)(k->variant * 15485863 + 3);
+    uint64_t seed = ctx->seed ^ ((uint64_t)k->variant * 15485863u + 3u);
     const int64_t shapes[2][2] = {{37, (101 + g - 1) / g * g}, {130, (200 + g - 1) / g * g}};
     /* {shape, n, r0, r1 (0: all rows), pool} */
     const int64_t runs[][5] = {{0, 16, 0, 0, 1}, {0, 17, 0, 0, 1}, {1, 33, 0, 0, 0}, {1, 17, 3, 97, 0},
