@@ -94,73 +94,26 @@ static int cu_run(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const flo
     return st ? -1 : 0;
 }
 
-/* A weight of format f, rows x cols (cols rounded up to the granule), and nx activation rows. */
-typedef struct cu_fixture {
-    ct_w t;
-    int ok;
-    float *x;
-    int64_t rows, cols, nx;
-    double *ref, *tol; /* [nx][rows] */
-} cu_fixture;
-
-static void fixture_make(cu_fixture *fx, int f, uint64_t *seed, int64_t rows, int64_t cols, int64_t nx) {
-    memset(fx, 0, sizeof *fx);
-    int64_t g = ct_matmul_granule(f);
-    cols = (cols + g - 1) / g * g;
-    float *wsrc = malloc((size_t)(rows * cols) * sizeof *wsrc);
-    fx->x = malloc((size_t)(nx * cols) * sizeof *fx->x);
-    fx->ref = malloc((size_t)(nx * rows) * sizeof *fx->ref);
-    fx->tol = malloc((size_t)(nx * rows) * sizeof *fx->tol);
-    fx->rows = rows, fx->cols = cols, fx->nx = nx;
-    ct_matmul_fill(CT_K_RANDOM, f, seed, wsrc, rows, cols, fx->x, nx);
-    fx->ok = ct_w_make(&fx->t, f, wsrc, rows, cols) == 0;
-    if (fx->ok) ct_matmul_reference(&fx->t.w, fx->x, nx, CUDA_CHAIN, fx->ref, fx->tol, NULL);
-    free(wsrc);
-}
-
-static void fixture_free(cu_fixture *fx) {
-    ct_w_free(&fx->t);
-    free(fx->x);
-    free(fx->ref);
-    free(fx->tol);
-}
-
-/* Compares job j's output block (n rows of r1 - r0) with the reference of its activation rows. */
-static void compare_job(ct_result *res, const char *name, const cu_fixture *fx, int64_t xoff, int64_t n, int64_t r0,
-                        int64_t r1, const float *y) {
-    int64_t m = r1 - r0;
-    double *ref = malloc((size_t)(n * m) * sizeof *ref), *tol = malloc((size_t)(n * m) * sizeof *tol);
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            ref[t * m + r - r0] = fx->ref[(xoff + t) * fx->rows + r];
-            tol[t * m + r - r0] = fx->tol[(xoff + t) * fx->rows + r];
-        }
-    ct_compare(res, name, y, ref, tol, n * m);
-    free(ref);
-    free(tol);
-}
-
-
 /* The kernel's structure: tile widths 4 and 16 with partial tiles (n = 4, 5, 16, 17), a row range
  * (dr_cuda_matmul_rows), and one batch of 18 jobs over two weights (two launches of at most
  * DR_CUDA_MAX_BATCH) with different n, activation offsets (unaligned x) and row ranges. */
 static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint64_t *seed) {
     int f = k->variant & 0xFF;
     char name[96];
-    cu_fixture a, b;
-    fixture_make(&a, f, seed, 37, 101, 34);
-    fixture_make(&b, f, seed, 130, 200, 34);
+    ct_mm_fixture a, b;
+    ct_mm_fixture_make(&a, f, seed, 37, 101, 34, CUDA_CHAIN);
+    ct_mm_fixture_make(&b, f, seed, 130, 200, 34, CUDA_CHAIN);
     if (!a.ok || !b.ok) {
         ct_case_error(res, "structure", "could not build the weights");
-        fixture_free(&a);
-        fixture_free(&b);
+        ct_mm_fixture_free(&a);
+        ct_mm_fixture_free(&b);
         return;
     }
     /* tile widths, and a row range; each run poisons y afresh */
     const int64_t runs[][3] = {{4, 0, 0}, {5, 0, 0}, {16, 0, 0}, {17, 0, 0}, {17, 3, 97}, {2, 129, 130}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         int64_t n = runs[i][0], r0 = runs[i][1], r1 = runs[i][2];
-        const cu_fixture *fx = r1 ? &b : &a;
+        const ct_mm_fixture *fx = r1 ? &b : &a;
         int64_t m = r1 ? r1 - r0 : fx->rows;
         snprintf(name, sizeof name, "%s [%lld,%lld] n=%lld rows [%lld,%lld)", r1 ? "row-range" : "tile-width",
                  (long long)fx->rows, (long long)fx->cols, (long long)n, (long long)r0, (long long)(r1 ? r1 : m));
@@ -175,7 +128,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
         if (!st) st = dr_cuda_sync(c, &err);
         if (!st) st = dr_cuda_to_host(c, y, cc.y, (size_t)(n * m) * sizeof(float), &err);
         if (st) ct_case_error(res, name, err.message);
-        else compare_job(res, name, fx, 0, n, r0, r1 ? r1 : m, y);
+        else ct_mm_compare_rows(res, name, fx, 0, n, r0, r1 ? r1 : m, y);
         cu_case_free(c, &cc);
         free(y);
     }
@@ -186,7 +139,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
     int64_t xoff[NJOB], r0s[NJOB], r1s[NJOB], yoff[NJOB + 1];
     yoff[0] = 0;
     for (int i = 0; i < NJOB; i++) {
-        const cu_fixture *fx = (i % 2) ? &b : &a;
+        const ct_mm_fixture *fx = (i % 2) ? &b : &a;
         xoff[i] = i % 7;
         r0s[i] = (i % 3 == 1) ? (i * 5) % fx->rows : 0;
         r1s[i] = (i % 3 == 2) ? fx->rows / 2 + i : fx->rows;
@@ -211,7 +164,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
     if (!st) {
         dr_cuda_job jobs[NJOB];
         for (int i = 0; i < NJOB; i++) {
-            const cu_fixture *fx = (i % 2) ? &b : &a;
+            const ct_mm_fixture *fx = (i % 2) ? &b : &a;
             const float *xbase = (i % 2) ? xb : cc.x;
             int full = r0s[i] == 0 && r1s[i] == fx->rows && i % 4 == 0; /* some as r0 == r1 == 0 */
             jobs[i] = (dr_cuda_job){cc.w[i % 2], xbase + xoff[i] * fx->cols, ns[i % 5], cc.y + yoff[i],
@@ -225,17 +178,17 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
         ct_case_error(res, "batch of 18 jobs", err.message);
     } else {
         for (int i = 0; i < NJOB; i++) {
-            const cu_fixture *fx = (i % 2) ? &b : &a;
+            const ct_mm_fixture *fx = (i % 2) ? &b : &a;
             snprintf(name, sizeof name, "batch job %d [%lld,%lld] n=%lld x+%lld rows [%lld,%lld)", i,
                      (long long)fx->rows, (long long)fx->cols, (long long)ns[i % 5], (long long)xoff[i],
                      (long long)r0s[i], (long long)r1s[i]);
-            compare_job(res, name, fx, xoff[i], ns[i % 5], r0s[i], r1s[i], y + yoff[i]);
+            ct_mm_compare_rows(res, name, fx, xoff[i], ns[i % 5], r0s[i], r1s[i], y + yoff[i]);
         }
     }
     cu_case_free(c, &cc);
     free(y);
-    fixture_free(&a);
-    fixture_free(&b);
+    ct_mm_fixture_free(&a);
+    ct_mm_fixture_free(&b);
 }
 
 static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {

@@ -91,6 +91,20 @@ void ct_matmul_fill(int kind, int f, uint64_t *s, float *w, int64_t rows, int64_
  * extra roundings of the kernel beyond K, see docs/contract.md); alt (may be NULL) = fp16-accumulated. */
 void ct_matmul_reference(const dr_weight *w, const float *x, int64_t n, int chain, double *ref, double *tol,
                          float *alt);
+/* A random fixture for the structure cases: a weight of format f (cols rounded up to the granule),
+ * nx activation rows, and their float64 reference and tolerance ([nx][rows], with `chain`). */
+typedef struct ct_mm_fixture {
+    ct_w t;
+    int ok; /* the weight was built */
+    float *x;
+    int64_t rows, cols, nx;
+    double *ref, *tol;
+} ct_mm_fixture;
+void ct_mm_fixture_make(ct_mm_fixture *fx, int f, uint64_t *seed, int64_t rows, int64_t cols, int64_t nx, int chain);
+void ct_mm_fixture_free(ct_mm_fixture *fx);
+/* Compares y[n][r1 - r0] (activation rows xoff.. of fx, output rows [r0, r1)) with the reference. */
+void ct_mm_compare_rows(ct_result *res, const char *name, const ct_mm_fixture *fx, int64_t xoff, int64_t n, int64_t r0,
+                        int64_t r1, const float *y);
 /* Runs the product under test into y[n][rows] (poisoned by the caller); 0, or -1 with msg set. */
 typedef int (*ct_matmul_run_fn)(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n,
                                 float *y, void *arg, char *msg, size_t msg_size);

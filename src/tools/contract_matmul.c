@@ -407,52 +407,71 @@ int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, 
 }
 
 /* CPU chain: K products and additions plus the exact-dequant roundings (affine: in m_k) */
+void ct_mm_fixture_make(ct_mm_fixture *fx, int f, uint64_t *seed, int64_t rows, int64_t cols, int64_t nx, int chain) {
+    memset(fx, 0, sizeof *fx);
+    int64_t g = ct_matmul_granule(f);
+    cols = (cols + g - 1) / g * g;
+    float *wsrc = malloc((size_t)(rows * cols) * sizeof *wsrc);
+    fx->x = malloc((size_t)(nx * cols) * sizeof *fx->x);
+    fx->ref = malloc((size_t)(nx * rows) * sizeof *fx->ref);
+    fx->tol = malloc((size_t)(nx * rows) * sizeof *fx->tol);
+    fx->rows = rows, fx->cols = cols, fx->nx = nx;
+    ct_matmul_fill(CT_K_RANDOM, f, seed, wsrc, rows, cols, fx->x, nx);
+    fx->ok = ct_w_make(&fx->t, f, wsrc, rows, cols) == 0;
+    if (fx->ok) ct_matmul_reference(&fx->t.w, fx->x, nx, chain, fx->ref, fx->tol, NULL);
+    free(wsrc);
+}
+
+void ct_mm_fixture_free(ct_mm_fixture *fx) {
+    ct_w_free(&fx->t);
+    free(fx->x);
+    free(fx->ref);
+    free(fx->tol);
+}
+
+void ct_mm_compare_rows(ct_result *res, const char *name, const ct_mm_fixture *fx, int64_t xoff, int64_t n, int64_t r0,
+                        int64_t r1, const float *y) {
+    int64_t m = r1 - r0;
+    double *ref = malloc((size_t)(n * m) * sizeof *ref), *tol = malloc((size_t)(n * m) * sizeof *tol);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            ref[t * m + r - r0] = fx->ref[(xoff + t) * fx->rows + r];
+            tol[t * m + r - r0] = fx->tol[(xoff + t) * fx->rows + r];
+        }
+    ct_compare(res, name, y, ref, tol, n * m);
+    free(ref);
+    free(tol);
+}
+
 /* The CPU kernel's structure, as the engine calls it: activation tiles of 16 rows with a partial
  * last tile (n = 16, 17, 33), output row ranges starting past 0 (the lm_head slice, an expert's row
  * block) and the pool-less calls of the MoE (NULL pool). Random fixtures; each run poisons y. */
 static void structure_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    int f = k->variant & 0xFF;
-    int64_t g = ct_matmul_granule(f), nmax = 33;
     uint64_t seed = ctx->seed ^ ((uint64_t)k->variant * 15485863u + 3u);
-    const int64_t shapes[2][2] = {{37, (101 + g - 1) / g * g}, {130, (200 + g - 1) / g * g}};
-    /* {shape, n, r0, r1 (0: all rows), pool} */
+    ct_mm_fixture fx[2];
+    ct_mm_fixture_make(&fx[0], k->variant & 0xFF, &seed, 37, 101, 33, 4);
+    ct_mm_fixture_make(&fx[1], k->variant & 0xFF, &seed, 130, 200, 33, 4);
+    /* {fixture, n, r0, r1 (0: all rows), pool} */
     const int64_t runs[][5] = {{0, 16, 0, 0, 1}, {0, 17, 0, 0, 1}, {1, 33, 0, 0, 0}, {1, 17, 3, 97, 0},
                                {1, 2, 129, 130, 1}, {0, 5, 5, 37, 0}};
-    for (int si = 0; si < 2; si++) {
-        int64_t rows = shapes[si][0], cols = shapes[si][1];
-        float *wsrc = malloc((size_t)(rows * cols) * sizeof *wsrc), *x = malloc((size_t)(nmax * cols) * sizeof *x);
-        float *yr = malloc((size_t)(nmax * rows) * sizeof *yr);
-        double *ref = malloc((size_t)(nmax * rows) * sizeof *ref), *tol = malloc((size_t)(nmax * rows) * sizeof *tol);
-        double *ref_r = malloc((size_t)(nmax * rows) * sizeof *ref_r);
-        double *tol_r = malloc((size_t)(nmax * rows) * sizeof *tol_r);
-        ct_matmul_fill(CT_K_RANDOM, f, &seed, wsrc, rows, cols, x, nmax);
-        ct_w t;
-        char name[128];
-        if (ct_w_make(&t, f, wsrc, rows, cols) != 0) {
-            snprintf(name, sizeof name, "structure [%lld,%lld]", (long long)rows, (long long)cols);
+    char name[128];
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const ct_mm_fixture *f = &fx[runs[i][0]];
+        int64_t n = runs[i][1], r0 = runs[i][2], r1 = runs[i][3] ? runs[i][3] : f->rows;
+        snprintf(name, sizeof name, "structure [%lld,%lld] n=%lld rows [%lld,%lld) %s", (long long)f->rows,
+                 (long long)f->cols, (long long)n, (long long)r0, (long long)r1, runs[i][4] ? "pool" : "no pool");
+        if (!f->ok) {
             ct_case_error(res, name, "could not build the weight");
-        } else {
-            ct_matmul_reference(&t.w, x, nmax, 4, ref, tol, NULL);
-            for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-                if (runs[i][0] != si) continue;
-                int64_t n = runs[i][1], r0 = runs[i][2], r1 = runs[i][3] ? runs[i][3] : rows, m = r1 - r0;
-                snprintf(name, sizeof name, "structure [%lld,%lld] n=%lld rows [%lld,%lld) %s", (long long)rows,
-                         (long long)cols, (long long)n, (long long)r0, (long long)r1,
-                         runs[i][4] ? "pool" : "no pool");
-                for (int64_t a = 0; a < n; a++)
-                    for (int64_t r = 0; r < m; r++) {
-                        ref_r[a * m + r] = ref[a * rows + r0 + r];
-                        tol_r[a * m + r] = tol[a * rows + r0 + r];
-                    }
-                ct_poison(yr, n * m);
-                dr_cpu_matmul_path(&t.w, r0, r1, x, n, yr, runs[i][4] ? ctx->pool : NULL,
-                                   (dr_cpu_path)(k->variant >> 8));
-                ct_compare(res, name, yr, ref_r, tol_r, n * m);
-            }
+            continue;
         }
-        ct_w_free(&t);
-        free(wsrc), free(x), free(yr), free(ref), free(tol), free(ref_r), free(tol_r);
+        float *y = malloc((size_t)(n * (r1 - r0)) * sizeof *y);
+        ct_poison(y, n * (r1 - r0));
+        dr_cpu_matmul_path(&f->t.w, r0, r1, f->x, n, y, runs[i][4] ? ctx->pool : NULL, (dr_cpu_path)(k->variant >> 8));
+        ct_mm_compare_rows(res, name, f, 0, n, r0, r1, y);
+        free(y);
     }
+    ct_mm_fixture_free(&fx[0]);
+    ct_mm_fixture_free(&fx[1]);
 }
 
 static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
