@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev valgrind \
 libjansson-dev libmicrohttpd-dev libsndfile1-dev libsoxr-dev libpcre2-dev \
-libutf8proc-dev libssl-dev libcmocka-dev libopenblas-dev zlib1g-dev curl jq"
+libutf8proc-dev libssl-dev libcurl4-openssl-dev libcmocka-dev libopenblas-dev zlib1g-dev curl jq"
 
 missing=""
 for p in $PKGS; do

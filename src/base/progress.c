@@ -1,5 +1,7 @@
 #include "base/progress.h"
 
+#include <jansson.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,4 +55,14 @@ void dr_progress_end(dr_progress *p) {
     fputc('\n', stderr);
     p->drawn = 0;
     p->enabled = 0;
+}
+
+void dr_progress_json_event(json_t *ev) {
+    char *s = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (s) {
+        fprintf(stderr, "%s\n", s);
+        fflush(stderr);
+        free(s);
+    }
+    json_decref(ev);
 }

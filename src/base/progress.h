@@ -1,6 +1,6 @@
 /* progress.h - a one-line progress bar on stderr, drawn only when stderr is a terminal (and
  * DRAMA_NO_PROGRESS is unset), so logs and pipes never see it. Redraws are rate-limited; the
- * bar never affects results. */
+ * bar never affects results. Also the JSON-lines events of `--progress-json`. */
 #ifndef DRAMA_BASE_PROGRESS_H
 #define DRAMA_BASE_PROGRESS_H
 
@@ -20,5 +20,9 @@ void dr_progress_begin(dr_progress *p, const char *label, uint64_t total, int en
 void dr_progress_label(dr_progress *p, const char *label); /* e.g. the file being hashed */
 void dr_progress_add(dr_progress *p, uint64_t n);
 void dr_progress_end(dr_progress *p); /* final redraw + newline when anything was drawn */
+
+/* `--progress-json`: one compact JSON object per line on stderr, flushed; takes the reference. */
+struct json_t;
+void dr_progress_json_event(struct json_t *ev);
 
 #endif

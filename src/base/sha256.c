@@ -110,6 +110,44 @@ static int entry_matches(json_t *e, const struct stat *sb, int64_t mtime_ns) {
            dr_sha256_is_hex(json_string_value(json_object_get(e, "sha256")));
 }
 
+/* Records abs (with identity sb) -> hex in cache and rewrites cache_path (temp + rename, best effort). */
+static void cache_store(json_t *cache, const char *cache_path, const char *abs, const struct stat *sb, const char *hex) {
+    int64_t mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    json_object_set_new(json_object_get(cache, "files"), abs,
+                        json_pack("{s:I, s:I, s:I, s:s}", "size", (json_int_t)sb->st_size, "mtime_ns",
+                                  (json_int_t)mtime_ns, "inode", (json_int_t)sb->st_ino, "sha256", hex));
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cache_path, (long)getpid());
+    make_parents(cache_path);
+    unlink(tmp); /* a stale temporary or a planted link is replaced, never written through */
+    if (json_dump_file(cache, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) == 0) {
+        if (rename(tmp, cache_path) != 0) unlink(tmp);
+    } else {
+        unlink(tmp);
+    }
+}
+
+/* The cache's JSON (a missing or damaged cache starts empty). */
+static json_t *cache_load(const char *cache_path) {
+    json_t *cache = NULL;
+    if (dr_read_json_file(cache_path, SHA_CACHE_MAX_BYTES, 1, &cache, NULL) != DRAMA_OK) cache = NULL;
+    if (!json_is_object(cache) || !json_is_object(json_object_get(cache, "files"))) {
+        json_decref(cache);
+        cache = json_pack("{s:s, s:i, s:{}}", "format", "drama-sha256-cache", "version", 1, "files");
+    }
+    return cache;
+}
+
+void dr_sha256_cache_put(const char *cache_path, const char *path, const char hex[65]) {
+    char abs[PATH_MAX];
+    struct stat sb;
+    if (!cache_path || !dr_sha256_is_hex(hex) || !realpath(path, abs) || stat(abs, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return;
+    json_t *cache = cache_load(cache_path);
+    if (cache) cache_store(cache, cache_path, abs, &sb, hex);
+    json_decref(cache);
+}
+
 drama_status dr_sha256_file_cached(const char *path, const char *cache_path, char hex[65], int *from_cache,
                                    dr_progress *progress, drama_error *err) {
     if (from_cache) *from_cache = 0;
@@ -120,12 +158,7 @@ drama_status dr_sha256_file_cached(const char *path, const char *cache_path, cha
     if (!realpath(path, abs) || stat(abs, &sb) != 0)
         return dr_fail(err, DRAMA_EIO, "%s: cannot stat: %s", path, strerror(errno));
     int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-    json_t *cache = NULL; /* a missing or damaged cache is rebuilt */
-    if (dr_read_json_file(cache_path, SHA_CACHE_MAX_BYTES, 1, &cache, NULL) != DRAMA_OK) cache = NULL;
-    if (!json_is_object(cache) || !json_is_object(json_object_get(cache, "files"))) {
-        json_decref(cache);
-        cache = json_pack("{s:s, s:i, s:{}}", "format", "drama-sha256-cache", "version", 1, "files");
-    }
+    json_t *cache = cache_load(cache_path);
     json_t *files = json_object_get(cache, "files");
     json_t *e = json_object_get(files, abs);
     if (entry_matches(e, &sb, mtime_ns)) {
@@ -143,20 +176,8 @@ drama_status dr_sha256_file_cached(const char *path, const char *cache_path, cha
     /* The file may have changed while it was hashed: cache only when its identity is unchanged. */
     struct stat after;
     if (stat(abs, &after) == 0 && after.st_size == sb.st_size && after.st_mtim.tv_sec == sb.st_mtim.tv_sec &&
-        after.st_mtim.tv_nsec == sb.st_mtim.tv_nsec && after.st_ino == sb.st_ino) {
-        json_object_set_new(files, abs, json_pack("{s:I, s:I, s:I, s:s}", "size", (json_int_t)sb.st_size,
-                                                  "mtime_ns", (json_int_t)mtime_ns, "inode",
-                                                  (json_int_t)sb.st_ino, "sha256", hex));
-        char tmp[PATH_MAX + 32];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cache_path, (long)getpid());
-        make_parents(cache_path);
-        unlink(tmp); /* a stale temporary or a planted link is replaced, never written through */
-        if (json_dump_file(cache, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) == 0) {
-            if (rename(tmp, cache_path) != 0) unlink(tmp);
-        } else {
-            unlink(tmp);
-        }
-    }
+        after.st_mtim.tv_nsec == sb.st_mtim.tv_nsec && after.st_ino == sb.st_ino)
+        cache_store(cache, cache_path, abs, &sb, hex);
     json_decref(cache);
     return DRAMA_OK;
 }

@@ -25,6 +25,10 @@ drama_status dr_sha256_file(const char *path, char hex[65], uint64_t *size, dr_p
 drama_status dr_sha256_file_cached(const char *path, const char *cache_path, char hex[65], int *from_cache,
                                    dr_progress *progress, drama_error *err);
 
+/* Records a digest computed elsewhere (e.g. while a download streamed through it) for path as it
+ * is now, so the next verification does not rehash it. Best effort, like the cache itself. */
+void dr_sha256_cache_put(const char *cache_path, const char *path, const char hex[65]);
+
 /* Default cache file: $DRAMA_CACHE_DIR, else $XDG_CACHE_HOME/drama, else $HOME/.cache/drama, plus
  * "/verified-sha256.json". Returns 0 (buf empty) when none of them is set. Does not create it. */
 int dr_sha256_default_cache(char *buf, size_t buflen);

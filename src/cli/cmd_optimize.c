@@ -12,8 +12,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: drama optimize --model SRC --out DST [--experts keep|bf16|fp8|nvfp4|q4]\n"
-            "       (also: drama optimize SRC --output DST ...)\n"
-            "         [--q4-group 32|64|128] [--q4-bits 4|8]\n"
+            "       drama optimize SRC --output DST ...   (the same, as mere.run's and MLX's tools spell it)\n"
+            "         [--q4-group 32|64|128 | --group-size 32|64|128] [--q4-bits 4|8]\n"
             "         [--prune-experts FILE.json | --prune K --calibration ROWS.json]\n"
             "         [--shard-size BYTES] [--threads N] [--quiet]\n\n"
             "Writes DST (through DST.partial, renamed at the end; a non-empty DST is refused):\n"
@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  --experts fp8      block FP8 E4M3, 128x128 blocks, F32 weight_scale_inv\n"
             "  --experts nvfp4    NVFP4 (ModelOpt layout), gate/up share weight_scale_2\n"
             "  --experts q4       MLX affine, --q4-bits 4 (default) or 8, --q4-group 64 (default)\n"
+            "  --group-size G     the same as --q4-group G (the affine quantisation group)\n"
             "  --prune-experts F  keep per layer the ids in F: {\"<layer>\": [ids], ...} (or an index.json\n"
             "                     with metadata.drama_experts); layers not listed keep all their experts\n"
             "  --shard-size B     at most B bytes per shard (default 4 GiB)\n");
@@ -74,10 +75,10 @@ int cmd_optimize(int argc, char **argv) {
                 fprintf(stderr, "drama optimize: --experts: unknown format '%s' (keep, bf16, fp8, nvfp4, q4)\n", v);
                 return DR_EXIT_USAGE;
             }
-        } else if (!strcmp(a, "--q4-group")) {
+        } else if (!strcmp(a, "--q4-group") || !strcmp(a, "--group-size")) {
             if (!parse_int(a, v, 1, 1 << 20, &n)) return DR_EXIT_USAGE;
             if (n != 32 && n != 64 && n != 128) {
-                fprintf(stderr, "drama optimize: --q4-group %lld: expected 32, 64 or 128\n", n);
+                fprintf(stderr, "drama optimize: %s %lld: expected 32, 64 or 128\n", a, n);
                 return DR_EXIT_USAGE;
             }
             o.affine_group = (int)n;
@@ -106,7 +107,7 @@ int cmd_optimize(int argc, char **argv) {
         }
     }
     if (!o.src || !o.dst) {
-        fprintf(stderr, "drama optimize: --model SRC and --out DST are required\n");
+        fprintf(stderr, "drama optimize: SRC (--model SRC) and DST (--out/--output DST) are required\n");
         usage(stderr);
         return DR_EXIT_USAGE;
     }
@@ -119,7 +120,7 @@ int cmd_optimize(int argc, char **argv) {
         return DR_EXIT_USAGE;
     }
     if (o.experts != DR_OPT_AFFINE && (o.affine_bits || o.affine_group)) {
-        fprintf(stderr, "drama optimize: --q4-bits/--q4-group need --experts q4\n");
+        fprintf(stderr, "drama optimize: --q4-bits/--q4-group/--group-size need --experts q4\n");
         return DR_EXIT_USAGE;
     }
     drama_error err = {0};

@@ -21,12 +21,14 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "base/log.h"
+#include "base/progress.h"
 #include "base/receipt.h"
 #include "cli/commands.h"
 #include "drama.h"
 #include "io/codes_json.h"
 #include "io/rows_json.h"
 #include "io/wav_out.h"
+#include "tools/pull.h"
 
 #define MAX_REFS 16
 #define MAX_SETS 64
@@ -82,7 +84,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: drama synthesize --model DIR (--text T | --text-file F) -o OUT [options]\n"
             "\n"
-            "  --model DIR               model directory (config.json, weights, tokenizer, codec)\n"
+            "  --model DIR               model directory (config.json, weights, tokenizer, codec), or\n"
+            "                            org/name[@rev] pulled into the model store by drama pull\n"
             "  --text T | --text-file F  text to speak (F = - reads stdin)\n"
             "  -o, --output OUT          output file; - writes to stdout\n"
             "  --format F                wav (PCM16, default) | wav-f32 | pcm16 (raw little-endian)\n"
@@ -322,16 +325,6 @@ typedef struct run_ctx {
     const char *pause_env;  /* test hook, see on_audio */
 } run_ctx;
 
-static void emit_json_event(json_t *ev) {
-    char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (s) {
-        fprintf(stderr, "%s\n", s);
-        fflush(stderr);
-        free(s);
-    }
-    json_decref(ev);
-}
-
 static int on_event(void *user, const drama_event *ev) {
     run_ctx *c = user;
     if (ev->type == DRAMA_EVENT_CHUNK) return g_signalled ? 1 : 0; /* on_audio reports chunks */
@@ -346,7 +339,7 @@ static int on_event(void *user, const drama_event *ev) {
             json_object_set_new(j, "frames_target", json_integer(ev->frames_target));
             json_object_set_new(j, "audio_seconds", json_real(ev->audio_seconds));
         }
-        emit_json_event(j);
+        dr_progress_json_event(j);
     } else if (c->tty_bar && ev->type == DRAMA_EVENT_FRAMES &&
                (ev->frames == ev->frames_target || dr_clock_s() - c->last_draw >= 0.1)) {
         c->last_draw = dr_clock_s(); /* redraw at most 10 times a second */
@@ -388,7 +381,7 @@ static int on_audio(void *user, const float *samples, size_t n) {
                               (json_int_t)dr_wav_out_samples(c->wav), "audio_seconds",
                               (double)dr_wav_out_samples(c->wav) / c->sample_rate, "t", dr_clock_s() - c->t0, "bytes",
                               (json_int_t)dr_wav_out_bytes(c->wav), "rss_bytes", (json_int_t)dr_mem_rss_bytes());
-        emit_json_event(j);
+        dr_progress_json_event(j);
     }
     if (c->pause_env && c->chunks == 1) pause_for_signal();
     return g_signalled ? 1 : 0;
@@ -507,6 +500,13 @@ int cmd_synthesize(int argc, char **argv) {
     synth_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
+    char model_dir[4096]; /* --model org/name[@rev]: a pull in the model store (docs/pull.md) */
+    drama_error merr = {0};
+    if (dr_pull_resolve_model(a.model_dir, model_dir, sizeof model_dir, &merr) != DRAMA_OK) {
+        fprintf(stderr, "drama synthesize: %s\n", merr.message);
+        return DR_EXIT_ERROR;
+    }
+    a.model_dir = model_dir;
     double t0 = dr_clock_s();
     drama_error err = {0};
     drama_status st = DRAMA_OK;
@@ -613,7 +613,7 @@ done:
         json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:f, s:f}", "event", "done", "status",
                               st == DRAMA_OK ? "ok" : drama_status_name(st), "finish_reason", res.finish_reason,
                               "frames", (json_int_t)res.frames, "audio_seconds", res.audio_seconds, "t", wall);
-        emit_json_event(j);
+        dr_progress_json_event(j);
     } else if (st == DRAMA_OK && !a.quiet) {
         fprintf(stderr, "%s: %" PRId64 " frames, %.2f s of audio in %.2f s (RTF %.2f), seed %" PRIu64 ", %s\n",
                 strcmp(a.out, "-") ? a.out : "stdout", res.frames, res.audio_seconds, wall,

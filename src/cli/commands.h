@@ -14,6 +14,7 @@ int cmd_codec(int argc, char **argv);       /* cmd_codec.c: encode | decode */
 int cmd_synthesize(int argc, char **argv);  /* cmd_synthesize.c */
 int cmd_contract(int argc, char **argv);    /* cmd_contract.c */
 int cmd_optimize(int argc, char **argv);    /* cmd_optimize.c */
+int cmd_pull(int argc, char **argv);        /* cmd_pull.c: download + verify from a hub */
 
 /* Exit statuses shared by all commands. */
 enum {

@@ -22,6 +22,7 @@ static const command k_commands[] = {
     {"generate", cmd_generate, "prefill ROWS.json and generate frames (CODES.json)"},
     {"codec", cmd_codec, "encode audio to codes or decode codes to audio"},
     {"contract", cmd_contract, "check every kernel against a float64 reference"},
+    {"pull", cmd_pull, "download a checkpoint from a Hugging Face-compatible hub, verified"},
     {"optimize", cmd_optimize, "re-encode (fp8, nvfp4, q4, bf16) or prune the routed experts"},
 };
 

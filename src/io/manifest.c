@@ -271,42 +271,40 @@ drama_status dr_manifest_verify_dir(const char *dir, int reverify, dr_manifest *
     return DRAMA_OK;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_file(const void *a, const void *b) {
+    return strcmp((*(const dr_manifest_file *const *)a)->path, (*(const dr_manifest_file *const *)b)->path);
+}
 
-drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,
-                               drama_error *err) {
-    if (!dir || !out_path || (n && !rel_paths)) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_write: NULL argument");
+drama_status dr_manifest_write_files(const dr_manifest_file *files, int64_t n, const char *out_path,
+                                     drama_error *err) {
+    if (!out_path || (n && !files)) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_write_files: NULL argument");
     drama_status st = DRAMA_OK;
-    json_t *files = json_array();
-    const char **sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
-    if (!files || !sorted) {
+    json_t *arr = json_array();
+    const dr_manifest_file **sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
+    if (!arr || !sorted) {
         st = dr_fail(err, DRAMA_ENOMEM, "out of memory");
         goto done;
     }
-    for (int64_t i = 0; i < n; i++) sorted[i] = rel_paths[i];
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_str); /* stable output whatever the caller's order */
+    for (int64_t i = 0; i < n; i++) sorted[i] = &files[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_file); /* stable output whatever the caller's order */
     for (int64_t i = 0; i < n; i++) {
         const char *why = NULL;
-        if (!dr_manifest_path_ok(sorted[i], &why)) {
-            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", sorted[i], why);
+        if (!dr_manifest_path_ok(sorted[i]->path, &why)) {
+            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", sorted[i]->path, why);
             goto done;
         }
-        if (i && !strcmp(sorted[i], sorted[i - 1])) {
-            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' given twice", sorted[i]);
+        if (i && !strcmp(sorted[i]->path, sorted[i - 1]->path)) {
+            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' given twice", sorted[i]->path);
             goto done;
         }
+        if (!dr_sha256_is_hex(sorted[i]->sha256)) {
+            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s': digest is not 64 lowercase hex digits", sorted[i]->path);
+            goto done;
+        }
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:s}", "path", sorted[i]->path, "size",
+                                             (json_int_t)sorted[i]->size, "sha256", sorted[i]->sha256));
     }
-    for (int64_t i = 0; i < n; i++) {
-        char *p = join_path(dir, sorted[i]);
-        char hex[65];
-        uint64_t size = 0;
-        st = p ? dr_sha256_file(p, hex, &size, NULL, err) : dr_fail(err, DRAMA_ENOMEM, "out of memory");
-        free(p);
-        if (st != DRAMA_OK) goto done;
-        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", sorted[i], "size", (json_int_t)size,
-                                               "sha256", hex));
-    }
-    json_t *root = json_pack("{s:s, s:i, s:O}", "format", "drama-manifest", "version", 1, "files", files);
+    json_t *root = json_pack("{s:s, s:i, s:O}", "format", "drama-manifest", "version", 1, "files", arr);
     char *tmp = malloc(strlen(out_path) + 32);
     if (!root || !tmp) {
         json_decref(root);
@@ -323,7 +321,31 @@ drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, in
     json_decref(root);
     free(tmp);
 done:
-    json_decref(files);
+    json_decref(arr);
     free(sorted);
+    return st;
+}
+
+drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,
+                               drama_error *err) {
+    if (!dir || !out_path || (n && !rel_paths)) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_write: NULL argument");
+    drama_status st = DRAMA_OK;
+    dr_manifest_file *files = calloc((size_t)(n ? n : 1), sizeof *files);
+    if (!files) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    for (int64_t i = 0; st == DRAMA_OK && i < n; i++) {
+        const char *why = NULL;
+        if (!dr_manifest_path_ok(rel_paths[i], &why)) { /* before anything is opened */
+            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", rel_paths[i], why);
+            break;
+        }
+        files[i].path = (char *)rel_paths[i];
+    }
+    for (int64_t i = 0; st == DRAMA_OK && i < n; i++) {
+        char *p = join_path(dir, rel_paths[i]);
+        st = p ? dr_sha256_file(p, files[i].sha256, &files[i].size, NULL, err) : dr_fail(err, DRAMA_ENOMEM, "out of memory");
+        free(p);
+    }
+    if (st == DRAMA_OK) st = dr_manifest_write_files(files, n, out_path, err);
+    free(files);
     return st;
 }

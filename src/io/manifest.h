@@ -58,4 +58,9 @@ drama_status dr_manifest_verify_dir(const char *dir, int reverify, dr_manifest *
 drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,
                                drama_error *err);
 
+/* Same, from digests the caller already holds (e.g. checked while downloading): paths validated,
+ * duplicates refused, sorted by path. */
+drama_status dr_manifest_write_files(const dr_manifest_file *files, int64_t n, const char *out_path,
+                                     drama_error *err);
+
 #endif

@@ -40,6 +40,15 @@ run_ok bf16 'per-expert, 16/16, BF16' --experts bf16 --shard-size 4000000
 printf '{"0": [0, 1, 2, 3, 4], "5": [1, 3, 5, 7, 9, 11]}' > "$T/keep.json"
 # the FORMATS.md 6 spelling: SRC first, --output
 "$DRAMA_BIN" optimize "$SRC" --output "$T/positional" --experts fp8 --quiet > /dev/null 2>&1 && [ -f "$T/positional/drama-manifest.json" ] || bad "drama optimize SRC --output DST failed"
+# mere.run / MLX spelling: SRC first, --output, --group-size; the same bytes as --model/--out/--q4-group
+"$DRAMA_BIN" optimize "$SRC" --output "$T/gs32" --experts q4 --group-size 32 --quiet > /dev/null 2>&1 || bad "SRC --output --group-size failed"
+"$DRAMA_BIN" optimize --model "$SRC" --out "$T/q4g32" --experts q4 --q4-group 32 --quiet > /dev/null 2>&1 || bad "--q4-group 32 failed"
+for f in "$T"/q4g32/model-*.safetensors "$T/q4g32/config.json" "$T/q4g32/model.safetensors.index.json"; do
+    cmp -s "$f" "$T/gs32/$(basename "$f")" || bad "--group-size 32 differs from --q4-group 32 in $(basename "$f")"
+done
+grep -q '"group_size": 32' "$T/gs32/config.json" || bad "--group-size 32 not in config.json"
+"$DRAMA_BIN" optimize --help | grep -q -- '--group-size' || bad "--help does not name --group-size"
+"$DRAMA_BIN" optimize --help | grep -q -- 'SRC --output DST' || bad "--help does not name SRC --output DST"
 run_ok pruned 'per-expert, (16|5|6)/16, BF16' --prune-experts "$T/keep.json"
 
 # other sources: fused dense (keep = sliced per expert), quantised (keep = copied, pruned), pruned
@@ -75,6 +84,8 @@ fails requant 1 'already quantised' --model "$DRAMA_GOLDEN/variants/fp8-block" -
 fails group 1 'multiple of the group size' --model "$SRC" --out "$T/group" --experts q4 --q4-group 128
 fails kbig 1 '--prune 17: must be in \[num_experts_per_tok 4, num_experts 16\]' --model "$SRC" --out "$T/kbig" --prune 17 --calibration "$T/keep.json"
 fails fmt 2 "unknown format 'q3'" --model "$SRC" --out "$T/fmt" --experts q3
+fails gsize 2 '--group-size 48: expected 32, 64 or 128' "$SRC" --output "$T/gsize" --experts q4 --group-size 48
+fails gsfmt 2 'need --experts q4' "$SRC" --output "$T/gsfmt" --experts fp8 --group-size 32
 fails bits 2 '--q4-bits 3' --model "$SRC" --out "$T/bits" --experts q4 --q4-bits 3
 fails both 2 'exclude each other' --model "$SRC" --out "$T/both" --prune-experts "$T/keep.json" --prune 4 --calibration x
 fails nocal 2 'go together' --model "$SRC" --out "$T/nocal" --prune 4
