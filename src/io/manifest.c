@@ -275,6 +275,22 @@ static int cmp_file(const void *a, const void *b) {
     return strcmp((*(const dr_manifest_file *const *)a)->path, (*(const dr_manifest_file *const *)b)->path);
 }
 
+/* Pointers to files in path order (stable output whatever the caller's order), every path checked
+ * and none given twice. */
+static drama_status sort_checked(const dr_manifest_file *files, int64_t n, const dr_manifest_file **sorted,
+                                 drama_error *err) {
+    for (int64_t i = 0; i < n; i++) sorted[i] = &files[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_file);
+    for (int64_t i = 0; i < n; i++) {
+        const char *why = NULL;
+        if (!dr_manifest_path_ok(sorted[i]->path, &why))
+            return dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", sorted[i]->path, why);
+        if (i && !strcmp(sorted[i]->path, sorted[i - 1]->path))
+            return dr_fail(err, DRAMA_EINVAL, "manifest path '%s' given twice", sorted[i]->path);
+    }
+    return DRAMA_OK;
+}
+
 drama_status dr_manifest_write_files(const dr_manifest_file *files, int64_t n, const char *out_path,
                                      drama_error *err) {
     if (!out_path || (n && !files)) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_write_files: NULL argument");
@@ -285,18 +301,9 @@ drama_status dr_manifest_write_files(const dr_manifest_file *files, int64_t n, c
         st = dr_fail(err, DRAMA_ENOMEM, "out of memory");
         goto done;
     }
-    for (int64_t i = 0; i < n; i++) sorted[i] = &files[i];
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_file); /* stable output whatever the caller's order */
+    st = sort_checked(files, n, sorted, err);
+    if (st != DRAMA_OK) goto done;
     for (int64_t i = 0; i < n; i++) {
-        const char *why = NULL;
-        if (!dr_manifest_path_ok(sorted[i]->path, &why)) {
-            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", sorted[i]->path, why);
-            goto done;
-        }
-        if (i && !strcmp(sorted[i]->path, sorted[i - 1]->path)) {
-            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' given twice", sorted[i]->path);
-            goto done;
-        }
         if (!dr_sha256_is_hex(sorted[i]->sha256)) {
             st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s': digest is not 64 lowercase hex digits", sorted[i]->path);
             goto done;
@@ -329,17 +336,11 @@ done:
 drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, int64_t n, const char *out_path,
                                drama_error *err) {
     if (!dir || !out_path || (n && !rel_paths)) return dr_fail(err, DRAMA_EINVAL, "dr_manifest_write: NULL argument");
-    drama_status st = DRAMA_OK;
     dr_manifest_file *files = calloc((size_t)(n ? n : 1), sizeof *files);
-    if (!files) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
-    for (int64_t i = 0; st == DRAMA_OK && i < n; i++) {
-        const char *why = NULL;
-        if (!dr_manifest_path_ok(rel_paths[i], &why)) { /* before anything is opened */
-            st = dr_fail(err, DRAMA_EINVAL, "manifest path '%s' %s", rel_paths[i], why);
-            break;
-        }
-        files[i].path = (char *)rel_paths[i];
-    }
+    const dr_manifest_file **sorted = calloc((size_t)(n ? n : 1), sizeof *sorted);
+    drama_status st = files && sorted ? DRAMA_OK : dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    for (int64_t i = 0; st == DRAMA_OK && i < n; i++) files[i].path = (char *)rel_paths[i];
+    if (st == DRAMA_OK) st = sort_checked(files, n, sorted, err); /* before anything is opened */
     for (int64_t i = 0; st == DRAMA_OK && i < n; i++) {
         char *p = join_path(dir, rel_paths[i]);
         st = p ? dr_sha256_file(p, files[i].sha256, &files[i].size, NULL, err) : dr_fail(err, DRAMA_ENOMEM, "out of memory");
@@ -347,5 +348,6 @@ drama_status dr_manifest_write(const char *dir, const char *const *rel_paths, in
     }
     if (st == DRAMA_OK) st = dr_manifest_write_files(files, n, out_path, err);
     free(files);
+    free(sorted);
     return st;
 }

@@ -150,9 +150,15 @@ int dr_pull_link_next(const char *link, char *out, size_t outlen) {
             if (*end == '"') quoted = !quoted;
             end++;
         }
+        int inq = 0;
         for (const char *q = gt + 1; q < end; q++) {
-            if (strncasecmp(q, "rel", 3)) continue;
-            const char *v = q + 3;
+            if (*q == '"') inq = !inq;
+            /* a parameter named rel: after ';' (and blanks), never inside a quoted value */
+            if (inq || *q != ';') continue;
+            const char *name = q + 1;
+            while (name < end && (*name == ' ' || *name == '\t')) name++;
+            if (end - name < 3 || strncasecmp(name, "rel", 3)) continue;
+            const char *v = name + 3;
             while (v < end && (*v == ' ' || *v == '\t')) v++;
             if (v >= end || *v != '=') continue;
             v++;
