@@ -102,3 +102,21 @@ drama_status dr_read_json_file(const char *path, size_t max_bytes, int optional,
     if (!*out) return dr_fail(err, DRAMA_EFORMAT, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
     return DRAMA_OK;
 }
+
+drama_status dr_make_dirs(const char *dir, drama_error *err) {
+    char buf[4096];
+    size_t n = dir ? strlen(dir) : 0;
+    if (n == 0 || n >= sizeof buf) return dr_fail(err, DRAMA_EINVAL, "bad directory path '%s'", dir ? dir : "");
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return dr_fail(err, DRAMA_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return dr_fail(err, DRAMA_EIO, "%s: not a directory", dir);
+    return DRAMA_OK;
+}

@@ -25,6 +25,10 @@ struct json_t;
 drama_status dr_read_json_file(const char *path, size_t max_bytes, int optional, struct json_t **out,
                                drama_error *err);
 
+/* mkdir -p: every missing folder of `dir`, mode 0777 (umask applies). Fails naming the folder that
+ * could not be made (DRAMA_EIO), or `dir` when it exists but is not a directory. */
+drama_status dr_make_dirs(const char *dir, drama_error *err);
+
 /* The limit for inputs with no smaller natural bound (ROWS.json, CODES.json, tokenizer.json, text). */
 #define DR_FILE_MAX_BYTES ((size_t)1 << 34)
 

@@ -93,13 +93,12 @@ int dr_sha256_default_cache(char *buf, size_t buflen) {
 
 /* Creates the cache's folder chain (best effort). */
 static void make_parents(const char *path) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        mkdir(tmp, 0755);
-        *p = '/';
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        dr_make_dirs(dir, NULL);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "tools/make_model.h"
 #include "tools/make_model_internal.h"
 
@@ -273,25 +274,6 @@ static drama_status write_config(const char *dir, const dr_mm_options *o, const 
     return DRAMA_OK;
 }
 
-/* mkdir -p */
-static drama_status make_dirs(const char *dir, drama_error *err) {
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf) return dr_fail(err, DRAMA_EINVAL, "output directory: bad path '%s'", dir);
-    memcpy(buf, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return dr_fail(err, DRAMA_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return dr_fail(err, DRAMA_EIO, "%s: not a directory", dir);
-    return DRAMA_OK;
-}
-
 /* Everything is written into DIR/.make-model.partial first and moved into DIR only when every
  * file is complete: a failure (bad hook, disk full, too many shards) leaves DIR as it was. */
 #define STAGE_NAME ".make-model.partial"
@@ -344,7 +326,7 @@ static drama_status publish_stage(const char *stage, const char *dir, drama_erro
 drama_status dr_make_model(const char *dir, const dr_mm_options *o, drama_error *err) {
     drama_status st = dr_mm_validate(o, err);
     if (st) return st;
-    if ((st = make_dirs(dir, err))) return st;
+    if ((st = dr_make_dirs(dir, err))) return st;
     char stage[4096];
     if (strlen(dir) + sizeof STAGE_NAME + 1 > sizeof stage - 64)
         return dr_fail(err, DRAMA_EINVAL, "output directory: path too long '%s'", dir);

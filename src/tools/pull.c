@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,28 +71,13 @@ static void on_bytes(void *user, uint64_t file_done) {
     emit(r, &ev);
 }
 
-static void mkdirs(const char *path) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        mkdir(tmp, 0755);
-        *p = '/';
-    }
-    mkdir(tmp, 0755);
-}
-
 /* SHA-256 and git blob id of a file in one read (for a git file already in place). */
 static int file_digests(const char *path, uint64_t size, char sha256[65], char git_oid[41]) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
-    EVP_MD_CTX *a = EVP_MD_CTX_new(), *b = EVP_MD_CTX_new();
+    dr_pull_digest d;
     unsigned char *buf = malloc(1 << 20);
-    char head[32];
-    int hn = snprintf(head, sizeof head, "blob %llu", (unsigned long long)size);
-    int ok = a && b && buf && EVP_DigestInit_ex(a, EVP_sha256(), NULL) == 1 && EVP_DigestInit_ex(b, EVP_sha1(), NULL) == 1;
-    if (ok) EVP_DigestUpdate(b, head, (size_t)hn + 1);
+    int ok = buf && dr_pull_digest_start(&d, size);
     uint64_t total = 0;
     while (ok) {
         ssize_t got = read(fd, buf, 1 << 20);
@@ -102,22 +86,11 @@ static int file_digests(const char *path, uint64_t size, char sha256[65], char g
             ok = got == 0;
             break;
         }
-        EVP_DigestUpdate(a, buf, (size_t)got);
-        EVP_DigestUpdate(b, buf, (size_t)got);
+        dr_pull_digest_add(&d, buf, (size_t)got);
         total += (uint64_t)got;
     }
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned n = 0;
-    if (ok && total == size) {
-        EVP_DigestFinal_ex(a, md, &n);
-        for (int i = 0; i < 32; i++) snprintf(sha256 + 2 * i, 3, "%02x", md[i]);
-        EVP_DigestFinal_ex(b, md, &n);
-        for (int i = 0; i < 20; i++) snprintf(git_oid + 2 * i, 3, "%02x", md[i]);
-    } else {
-        ok = 0;
-    }
-    EVP_MD_CTX_free(a);
-    EVP_MD_CTX_free(b);
+    ok = ok && total == size;
+    dr_pull_digest_end(&d, ok ? sha256 : NULL, ok ? git_oid : NULL);
     free(buf);
     close(fd);
     return ok;
@@ -170,13 +143,11 @@ static drama_status fetch_file(pull_run *r, int64_t i, const char *cache, drama_
     }
     char parent[PATH_MAX];
     snprintf(parent, sizeof parent, "%s", final);
-    char *slash = strrchr(parent, '/');
-    if (slash) *slash = 0, mkdirs(parent);
-    if (rename(partial, final) != 0) {
-        int e = errno;
-        unlink(partial);
-        return dr_fail(err, DRAMA_EIO, "%s: cannot move the verified download into place: %s", final, strerror(e));
-    }
+    *strrchr(parent, '/') = 0; /* final is dir + "/" + path */
+    drama_status ms = dr_make_dirs(parent, err); /* on failure the verified partial stays: a rerun moves it */
+    if (ms != DRAMA_OK) return ms;
+    if (rename(partial, final) != 0)
+        return dr_fail(err, DRAMA_EIO, "%s: cannot move the verified download into place: %s", final, strerror(errno));
     dr_sha256_cache_put(cache[0] ? cache : NULL, final, sha256); /* the first load need not rehash it */
     memcpy(f->sha256, sha256, 65);
     if (!resumed) before = 0;
@@ -354,11 +325,8 @@ drama_status dr_pull(const dr_pull_options *o, dr_pull_result *res, drama_error 
     if (st == DRAMA_OK) {
         char partial[PATH_MAX];
         snprintf(partial, sizeof partial, "%s/%s", r.dir, DR_PULL_PARTIAL_DIR);
-        mkdirs(partial);
-        struct stat sb;
-        if (stat(partial, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            st = dr_fail(err, DRAMA_EIO, "%s: cannot create: %s", partial, strerror(errno));
-        else drop_stale(r.dir, r.commit);
+        st = dr_make_dirs(partial, err);
+        if (st == DRAMA_OK) drop_stale(r.dir, r.commit);
         dr_pull_event ev = {.kind = DR_PULL_EV_RESOLVED};
         if (st == DRAMA_OK) emit(&r, &ev);
     }

@@ -7,7 +7,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,7 +326,7 @@ typedef struct dl {
     const char *partial;
     int fd;
     uint64_t have;       /* bytes in the partial, all hashed */
-    EVP_MD_CTX *sha256, *sha1;
+    dr_pull_digest dg;   /* over every byte of the partial */
     resp r;
     int body_started;    /* the first byte of this response's body was seen */
     int resumed;
@@ -339,25 +338,10 @@ typedef struct dl {
     void *user;
 } dl;
 
-static int hashes_start(dl *d) {
-    char head[32];
-    int hn = snprintf(head, sizeof head, "blob %llu", (unsigned long long)d->f->size);
-    return EVP_DigestInit_ex(d->sha256, EVP_sha256(), NULL) == 1 && EVP_DigestInit_ex(d->sha1, EVP_sha1(), NULL) == 1 &&
-           EVP_DigestUpdate(d->sha1, head, (size_t)hn + 1) == 1;
-}
-
-static void hashes_add(dl *d, const void *p, size_t n) {
-    EVP_DigestUpdate(d->sha256, p, n);
-    EVP_DigestUpdate(d->sha1, p, n);
-}
-
-static void hex_of(const unsigned char *md, unsigned n, char *hex) {
-    for (unsigned i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 /* Back to an empty partial (a 200 answer to a Range request, or a stale prefix). */
 static int restart(dl *d) {
-    if (ftruncate(d->fd, 0) != 0 || lseek(d->fd, 0, SEEK_SET) != 0 || !hashes_start(d)) return 0;
+    dr_pull_digest_end(&d->dg, NULL, NULL);
+    if (ftruncate(d->fd, 0) != 0 || lseek(d->fd, 0, SEEK_SET) != 0 || !dr_pull_digest_start(&d->dg, d->f->size)) return 0;
     d->have = 0;
     return 1;
 }
@@ -448,7 +432,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *user) {
             d->keep_partial = 1;
             return 0;
         }
-        hashes_add(d, data + off, (size_t)w);
+        dr_pull_digest_add(&d->dg, data + off, (size_t)w);
         d->have += (uint64_t)w;
         d->h->written += (uint64_t)w;
         off += (size_t)w;
@@ -476,7 +460,7 @@ static drama_status hash_prefix(dl *d, drama_error *err) {
                            strerror(errno));
         }
         if (got == 0) break;
-        hashes_add(d, buf, (size_t)got);
+        dr_pull_digest_add(&d->dg, buf, (size_t)got);
         d->have += (uint64_t)got;
     }
     free(buf);
@@ -492,11 +476,9 @@ drama_status dr_http_download(dr_http *h, const char *url, const dr_pull_entry *
     *resumed = 0;
     d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (d.fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", partial, strerror(errno));
-    d.sha256 = EVP_MD_CTX_new();
-    d.sha1 = EVP_MD_CTX_new();
     drama_status st = DRAMA_OK;
     int keep = 0;
-    if (!d.sha256 || !d.sha1 || !hashes_start(&d)) st = dr_fail(err, DRAMA_ENOMEM, "cannot start the digests");
+    if (!dr_pull_digest_start(&d.dg, f->size)) st = dr_fail(err, DRAMA_ENOMEM, "cannot start the digests");
     if (st == DRAMA_OK) st = hash_prefix(&d, err);
     char errbuf[CURL_ERROR_SIZE];
     int fresh_416 = 0;
@@ -553,18 +535,9 @@ drama_status dr_http_download(dr_http *h, const char *url, const dr_pull_entry *
         backoff(h, stalled ? stalled : 1, rc == CURLE_OK ? &d.r : NULL, f->path, why);
     }
     if (st == DRAMA_OK && fsync(d.fd) != 0) st = dr_fail(err, DRAMA_EIO, "%s: fsync: %s", partial, strerror(errno));
-    if (st == DRAMA_OK) {
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned mdlen = 0;
-        EVP_DigestFinal_ex(d.sha256, md, &mdlen);
-        hex_of(md, 32, sha256);
-        EVP_DigestFinal_ex(d.sha1, md, &mdlen);
-        hex_of(md, 20, git_oid);
-    }
+    dr_pull_digest_end(&d.dg, st == DRAMA_OK ? sha256 : NULL, st == DRAMA_OK ? git_oid : NULL);
     *resumed = d.resumed;
     close(d.fd);
-    EVP_MD_CTX_free(d.sha256);
-    EVP_MD_CTX_free(d.sha1);
     if (st != DRAMA_OK && !keep) unlink(partial);
     return st;
 }

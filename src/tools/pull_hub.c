@@ -12,6 +12,7 @@
 
 #include "base/sha256.h"
 #include "io/manifest.h"
+#include "tools/pull_internal.h"
 
 #define TREE_MAX_FILES 1000000 /* far above any checkpoint (Drama 3: ~110 files) */
 #define PATH_MAX_LEN 1024
@@ -247,18 +248,42 @@ int dr_pull_glob_match(const char *pattern, const char *path) {
     return fnmatch(pattern, path, 0) == 0;
 }
 
-void dr_pull_git_blob_id(const void *data, size_t n, char hex[41]) {
+int dr_pull_digest_start(dr_pull_digest *d, uint64_t size) {
     char head[32];
-    int hn = snprintf(head, sizeof head, "blob %zu", n);
-    unsigned char md[20];
-    unsigned int mdlen = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(c, EVP_sha1(), NULL);
-    EVP_DigestUpdate(c, head, (size_t)hn + 1); /* with the NUL */
-    EVP_DigestUpdate(c, data, n);
-    EVP_DigestFinal_ex(c, md, &mdlen);
-    EVP_MD_CTX_free(c);
-    for (int i = 0; i < 20; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    int hn = snprintf(head, sizeof head, "blob %llu", (unsigned long long)size);
+    d->sha256 = EVP_MD_CTX_new();
+    d->sha1 = EVP_MD_CTX_new();
+    return d->sha256 && d->sha1 && EVP_DigestInit_ex(d->sha256, EVP_sha256(), NULL) == 1 &&
+           EVP_DigestInit_ex(d->sha1, EVP_sha1(), NULL) == 1 &&
+           EVP_DigestUpdate(d->sha1, head, (size_t)hn + 1) == 1; /* "blob <size>\0" */
+}
+
+void dr_pull_digest_add(dr_pull_digest *d, const void *p, size_t n) {
+    EVP_DigestUpdate(d->sha256, p, n);
+    EVP_DigestUpdate(d->sha1, p, n);
+}
+
+static void hex_of(const unsigned char *md, int n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < n; i++) out[2 * i] = digits[md[i] >> 4], out[2 * i + 1] = digits[md[i] & 15];
+    out[2 * n] = 0;
+}
+
+void dr_pull_digest_end(dr_pull_digest *d, char sha256[65], char git_oid[41]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    if (d->sha256 && sha256 && EVP_DigestFinal_ex(d->sha256, md, &n) == 1) hex_of(md, 32, sha256);
+    if (d->sha1 && git_oid && EVP_DigestFinal_ex(d->sha1, md, &n) == 1) hex_of(md, 20, git_oid);
+    EVP_MD_CTX_free(d->sha256);
+    EVP_MD_CTX_free(d->sha1);
+    d->sha256 = d->sha1 = NULL;
+}
+
+void dr_pull_git_blob_id(const void *data, size_t n, char hex[41]) {
+    dr_pull_digest d;
+    hex[0] = 0;
+    if (dr_pull_digest_start(&d, n)) dr_pull_digest_add(&d, data, n);
+    dr_pull_digest_end(&d, NULL, hex);
 }
 
 int dr_pull_url_escape(const char *s, int keep_slash, char *out, size_t outlen) {

@@ -4,6 +4,16 @@
 
 #include "tools/pull.h"
 
+/* SHA-256 and the git blob id of one file's bytes, computed in one pass (pull_hub.c). */
+typedef struct dr_pull_digest {
+    void *sha256, *sha1; /* EVP_MD_CTX */
+} dr_pull_digest;
+/* Starts both digests for a file of `size` bytes (the blob id's header holds the size). 0 on failure. */
+int dr_pull_digest_start(dr_pull_digest *d, uint64_t size);
+void dr_pull_digest_add(dr_pull_digest *d, const void *p, size_t n);
+/* The lowercase hex digests (either may be NULL); frees the contexts (also after a failed start). */
+void dr_pull_digest_end(dr_pull_digest *d, char sha256[65], char git_oid[41]);
+
 typedef struct dr_http dr_http;
 
 /* One libcurl handle for a pull. `origin` (scheme://host[:port] of the endpoint) is the only place

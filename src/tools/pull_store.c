@@ -50,24 +50,13 @@ static int ref_file(const char *root, const char *repo, const char *ref, char *b
     return n > 0 && (size_t)n < buflen;
 }
 
-static void mkdirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        mkdir(tmp, 0755);
-        *p = '/';
-    }
-    mkdir(tmp, 0755);
-}
-
 drama_status dr_pull_store_write_ref(const char *root, const char *repo, const char *ref, const char *commit,
                                      drama_error *err) {
     char p[4096], dir[4096], tmp[4200];
     if (!ref_file(root, repo, ref, p, sizeof p)) return dr_fail(err, DRAMA_EINVAL, "ref '%s': name too long", ref);
     snprintf(dir, sizeof dir, "%s/%s/refs", root, repo);
-    mkdirs(dir);
+    drama_status st = dr_make_dirs(dir, err);
+    if (st != DRAMA_OK) return st;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
     FILE *f = fopen(tmp, "w");
     int ok = f && fprintf(f, "%s\n", commit) > 0;
