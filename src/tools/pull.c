@@ -175,7 +175,7 @@ static drama_status list_tree(pull_run *r, drama_error *err) {
         }
         free(body);
         if (st != DRAMA_OK) return st;
-        if (!next[0]) return DRAMA_OK;
+        if (!next[0]) return dr_pull_tree_finish(&r->tree, what, err);
         if (!strcmp(next, url)) return dr_fail(err, DRAMA_EFORMAT, "%s: the next page link points at the same page", what);
         snprintf(url, sizeof url, "%s", next);
     }

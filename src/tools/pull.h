@@ -33,10 +33,12 @@ drama_status dr_pull_parse_revision(const char *text, size_t len, const char *la
                                     drama_error *err);
 /* One page of `GET /api/models/{repo}/tree/{commit}?recursive=true` (a JSON array), appended to
  * tree. Refuses, naming the entry: a path that breaks FORMATS.md 7 rule 1 (absolute, `..`,
- * backslash), a path already listed (also across pages), a bad oid/sha256/size, an LFS size that
- * disagrees with the entry's size. */
+ * backslash), a bad oid/sha256/size, an LFS size that disagrees with the entry's size. */
 drama_status dr_pull_parse_tree(const char *text, size_t len, const char *label, dr_pull_tree *tree,
                                 drama_error *err);
+/* After the last page: sorts the files by path (the download order) and refuses a path listed twice
+ * (on any pages). */
+drama_status dr_pull_tree_finish(dr_pull_tree *t, const char *label, drama_error *err);
 void dr_pull_tree_clear(dr_pull_tree *t); /* frees the entries, keeps t usable */
 
 /* The target of `rel="next"` in a Link header value (RFC 8288, as the Hub and GitHub send it),

@@ -14,7 +14,7 @@
 #include "io/manifest.h"
 #include "tools/pull_internal.h"
 
-#define TREE_MAX_FILES 1000000 /* far above any checkpoint (Drama 3: ~110 files) */
+#define TREE_MAX_FILES 1000000 /* far above any checkpoint (the Drama 3 release: about a hundred files) */
 #define PATH_MAX_LEN 1024
 
 /* ASCII only: names and URLs must not depend on the locale. */
@@ -68,12 +68,6 @@ static int get_size(json_t *v, uint64_t *out) {
     return 1;
 }
 
-static int listed(const dr_pull_tree *t, const char *path) {
-    for (int64_t i = 0; i < t->count; i++) /* linear: trees are ~100 files, checked once */
-        if (!strcmp(t->files[i].path, path)) return 1;
-    return 0;
-}
-
 static drama_status parse_entry(json_t *e, size_t k, const char *label, dr_pull_tree *tree, drama_error *err) {
     if (!json_is_object(e)) return dr_fail(err, DRAMA_EFORMAT, "%s: entry %zu is not an object", label, k);
     const char *type = json_string_value(json_object_get(e, "type"));
@@ -86,7 +80,6 @@ static drama_status parse_entry(json_t *e, size_t k, const char *label, dr_pull_
                        why ? why : "too long");
     if (!strcmp(path, DR_PULL_PARTIAL_DIR) || !strncmp(path, DR_PULL_PARTIAL_DIR "/", sizeof DR_PULL_PARTIAL_DIR))
         return dr_fail(err, DRAMA_EFORMAT, "%s: entry %zu: path '%s' is where downloads are staged", label, k, path);
-    if (listed(tree, path)) return dr_fail(err, DRAMA_EFORMAT, "%s: entry %zu: path '%s' listed twice", label, k, path);
     dr_pull_entry f;
     memset(&f, 0, sizeof f);
     const char *oid = json_string_value(json_object_get(e, "oid"));
@@ -134,6 +127,18 @@ drama_status dr_pull_parse_tree(const char *text, size_t len, const char *label,
         st = parse_entry(json_array_get(j, k), k, label, tree, err);
     json_decref(j);
     return st;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp(((const dr_pull_entry *)a)->path, ((const dr_pull_entry *)b)->path);
+}
+
+drama_status dr_pull_tree_finish(dr_pull_tree *t, const char *label, drama_error *err) {
+    if (t->count > 1) qsort(t->files, (size_t)t->count, sizeof *t->files, cmp_entry);
+    for (int64_t i = 1; i < t->count; i++)
+        if (!strcmp(t->files[i].path, t->files[i - 1].path))
+            return dr_fail(err, DRAMA_EFORMAT, "%s: path '%s' listed twice", label, t->files[i].path);
+    return DRAMA_OK;
 }
 
 /* Link: <url1>; rel="next", <url2>; rel="last" (a rel may hold several space-separated values). */

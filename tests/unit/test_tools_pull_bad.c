@@ -60,10 +60,14 @@ static void test_tree(void **state) {
     assert_string_equal(t.files[1].path, "sub/w.safetensors");
     assert_int_equal(t.files[1].lfs, 1);
     assert_string_equal(t.files[1].sha256, S64);
-    const char *p2 = "[{\"type\":\"file\",\"oid\":\"" C40 "\",\"size\":1,\"path\":\"config.json\"}]";
+    assert_int_equal(dr_pull_tree_finish(&t, "tree", &err), DRAMA_OK);
+    const char *p2 = "[{\"type\":\"file\",\"oid\":\"" C40 "\",\"size\":1,\"path\":\"a.txt\"},"
+                     "{\"type\":\"file\",\"oid\":\"" C40 "\",\"size\":1,\"path\":\"config.json\"}]";
+    assert_int_equal(dr_pull_parse_tree(p2, strlen(p2), "page 2", &t, &err), DRAMA_OK);
     drama_error e2 = {0};
-    assert_int_not_equal(dr_pull_parse_tree(p2, strlen(p2), "page 2", &t, &e2), DRAMA_OK);
-    assert_non_null(strstr(e2.message, "page 2: entry 0: path 'config.json' listed twice"));
+    assert_int_not_equal(dr_pull_tree_finish(&t, "org/m@c: file list", &e2), DRAMA_OK); /* across pages */
+    assert_non_null(strstr(e2.message, "org/m@c: file list: path 'config.json' listed twice"));
+    assert_string_equal(t.files[0].path, "a.txt"); /* sorted by path */
     dr_pull_tree_clear(&t);
     struct { const char *entry, *msg; } bad[] = {
         {"{\"type\":\"file\",\"oid\":\"" C40 "\",\"size\":1,\"path\":\"../evil\"}", "path '../evil' refused"},
