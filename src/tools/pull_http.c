@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -476,6 +477,12 @@ drama_status dr_http_download(dr_http *h, const char *url, const dr_pull_entry *
     *resumed = 0;
     d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (d.fd < 0) return dr_fail(err, DRAMA_EIO, "%s: cannot open: %s", partial, strerror(errno));
+    if (flock(d.fd, LOCK_EX | LOCK_NB) != 0) { /* two pulls into one folder must not write one file */
+        int e = errno;
+        close(d.fd);
+        return dr_fail(err, DRAMA_EIO, "%s: %s", partial,
+                       e == EWOULDBLOCK ? "another drama pull is downloading this file" : strerror(e));
+    }
     drama_status st = DRAMA_OK;
     int keep = 0;
     if (!dr_pull_digest_start(&d.dg, f->size)) st = dr_fail(err, DRAMA_ENOMEM, "cannot start the digests");

@@ -184,8 +184,8 @@ pull "org/tiny@$COMMIT" --dir "$T/norange" -q > /dev/null 2> "$T/norange.err" ||
 cmp -s "$T/repo/$SHARD1" "$T/norange/$SHARD1" || bad "Range ignored: the shard differs"
 # a killed pull (SIGKILL mid-transfer) resumes
 start_hub slow --slow "$SHARD1"
-pull "org/tiny@$COMMIT" --dir "$T/killed" -q > /dev/null 2>&1 &
-kpid=$!
+HF_TOKEN="$TOKEN" "$DRAMA_BIN" pull --endpoint "$EP" "org/tiny@$COMMIT" --dir "$T/killed" -q > /dev/null 2>&1 &
+kpid=$!  # drama itself (not a subshell), so SIGKILL stops the download
 for _ in $(seq 1 200); do
     s=$(stat -c %s "$T/killed/.partial/"*.part 2>/dev/null | sort -n | tail -1)
     [ "${s:-0}" -gt 100000 ] && grep -q "cdn GET /cdn-lfs/$(sha256sum "$T/repo/$SHARD1" | cut -c1-64)" "$LOG" && break
@@ -214,6 +214,15 @@ start_hub lie --lie-size "$SHARD2"
 pull "org/tiny@$COMMIT" --dir "$T/lie" > "$T/lie.out" 2>&1 && bad "a short file accepted"
 grep -q "$SHARD2: the server sends 3194920 bytes (Content-Length) but the tree says 3199016" "$T/lie.out" || bad "lie: $(cat "$T/lie.out")"
 [ -e "$T/lie/$SHARD2" ] || [ -n "$(ls -A "$T/lie/.partial" 2>/dev/null)" ] && bad "lie: a file was left"
+
+# two pulls into one folder: the second finds the partial locked (flock) and says so
+start_hub lock
+mkdir -p "$T/locked/.partial"
+lp="$T/locked/.partial/$(sha256sum "$T/repo/$SHARD1" | cut -c1-64).part"
+: > "$lp"
+flock "$lp" env HF_TOKEN="$TOKEN" "$DRAMA_BIN" pull --endpoint "$EP" "org/tiny@$COMMIT" --dir "$T/locked" -q \
+    > "$T/locked.out" 2>&1 && bad "a locked partial was written"
+grep -q "$(basename "$lp"): another drama pull is downloading this file" "$T/locked.out" || bad "lock: $(cat "$T/locked.out")"
 
 # command line
 "$DRAMA_BIN" pull > /dev/null 2>&1; [ $? -eq 2 ] || bad "no REPO: not exit 2"
