@@ -18,6 +18,22 @@ drama_status dr_fail(drama_error *err, drama_status code, const char *fmt, ...) 
     return code;
 }
 
+drama_status dr_fail_reason(drama_error *err, drama_status code, const char *reason, const char *fmt, ...) {
+    if (!err || err->code != DRAMA_OK) return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    snprintf(err->reason, sizeof err->reason, "%s", reason ? reason : "");
+    return code;
+}
+
+void dr_error_set_reason(drama_error *err, const char *reason) {
+    if (!err || err->code == DRAMA_OK || err->reason[0]) return;
+    snprintf(err->reason, sizeof err->reason, "%s", reason ? reason : "");
+}
+
 void dr_error_prefix(drama_error *err, const char *fmt, ...) {
     if (!err || err->code == DRAMA_OK) return;
     char head[512], old[sizeof err->message];
@@ -33,6 +49,7 @@ void dr_error_clear(drama_error *err) {
     if (!err) return;
     err->code = DRAMA_OK;
     err->message[0] = '\0';
+    err->reason[0] = '\0';
 }
 
 const char *drama_status_name(drama_status code) {
@@ -50,6 +67,7 @@ const char *drama_status_name(drama_status code) {
     case DRAMA_EFRAMELIMIT: return "frame_limit";
     case DRAMA_EEMPTY: return "empty";
     case DRAMA_EINTERNAL: return "internal_error";
+    case DRAMA_EBUSY: return "busy";
     }
     return "unknown";
 }

@@ -39,8 +39,11 @@ void drama_result_free(drama_result *res) {
     res->codes = NULL;
 }
 
-int dr_stream_chunk_frames(int k, int requested) {
-    if (requested > 0) return requested;
+int dr_stream_chunk_frames(int k, int requested) { return dr_stream_schedule(k, 0, requested); }
+
+int dr_stream_schedule(int k, int first, int next) {
+    if (k == 0 && first > 0) return first;
+    if (next > 0) return next;
     return k == 0 ? DR_STREAM_FIRST_CHUNK : DR_STREAM_NEXT_CHUNK;
 }
 
@@ -66,6 +69,8 @@ drama_status dr_request_validate(const drama_request *req, drama_error *err) {
         return dr_fail(err, DRAMA_EINVAL, "speaker: %d is outside 0..15", req->speaker);
     if (req->stream_chunk_frames < 0)
         return dr_fail(err, DRAMA_EINVAL, "stream_chunk_frames: %d must not be negative", req->stream_chunk_frames);
+    if (req->stream_first_frames < 0)
+        return dr_fail(err, DRAMA_EINVAL, "stream_first_frames: %d must not be negative", req->stream_first_frames);
     if (req->context < 0) return dr_fail(err, DRAMA_EINVAL, "context: %d must not be negative", req->context);
     if (req->chunk_tokens < 0) return dr_fail(err, DRAMA_EINVAL, "chunk_tokens: %d must not be negative", req->chunk_tokens);
     if (req->n_references < 0 || req->n_references > 16)
@@ -73,8 +78,14 @@ drama_status dr_request_validate(const drama_request *req, drama_error *err) {
     if (req->n_references > 0 && !req->references) return dr_fail(err, DRAMA_EINVAL, "references: NULL array");
     for (int i = 0; i < req->n_references; i++) {
         const drama_reference *r = &req->references[i];
-        if (!r->audio_path == !r->codes_path)
-            return dr_fail(err, DRAMA_EINVAL, "reference %d: give exactly one of an audio file and a codes file", i);
+        int sources = (r->audio_path != NULL) + (r->codes_path != NULL) + (r->audio_data != NULL) + (r->codes != NULL);
+        if (sources != 1)
+            return dr_fail(err, DRAMA_EINVAL,
+                           "reference %d: give exactly one of an audio file, audio bytes, a codes file and codes", i);
+        if (r->audio_data && r->audio_bytes == 0)
+            return dr_fail_reason(err, DRAMA_EEMPTY, "bad_audio", "reference %d: audio bytes: empty", i);
+        if (r->codes && r->n_code_frames <= 0)
+            return dr_fail_reason(err, DRAMA_EEMPTY, "bad_audio", "reference %d: codes: no frames", i);
         if (!r->transcript || !r->transcript[0])
             return dr_fail(err, DRAMA_EINVAL, "reference %d: the transcript is empty", i);
     }

@@ -24,6 +24,9 @@
 /* Frames in streamed chunk number k (0-based): `requested` for every chunk when > 0, else the
  * default schedule. */
 int dr_stream_chunk_frames(int k, int requested);
+/* The request's schedule (drama_request.stream_first_frames / stream_chunk_frames): chunk 0 has
+ * `first` frames when > 0, later chunks `next` when > 0; unset values as dr_stream_chunk_frames. */
+int dr_stream_schedule(int k, int first, int next);
 
 /* Every field of a request in range, each error naming the field (as a CLI flag would). */
 drama_status dr_request_validate(const drama_request *req, drama_error *err);

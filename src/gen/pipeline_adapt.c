@@ -3,6 +3,7 @@
 #include "gen/pipeline_adapt.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "codec/view.h"
 
 /* ---- model ---- */
 
@@ -20,6 +22,8 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
     if (!m) return dr_fail(err, DRAMA_ENOMEM, "out of memory opening %s", dir);
     drama_status st = DRAMA_OK;
     pthread_mutex_init(&m->run_lock, NULL);
+    pthread_rwlock_init(&m->codec_lock, NULL);
+    pthread_mutex_init(&m->info_lock, NULL);
     m->dir = strdup(dir);
     m->threads = opt->threads;
     m->low_memory = opt->low_memory;
@@ -55,6 +59,7 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
 
 void dr_pl_model_close(drama_model *m) {
     if (!m) return;
+    m->engines = 0; /* closing under a live engine is the caller's bug; free everything anyway */
     dr_pl_lm_release(m);
     dr_pl_codec_release(m);
     dr_pool_free(m->pool);
@@ -64,6 +69,8 @@ void dr_pl_model_close(drama_model *m) {
     free(m->sets);
     free(m->dir);
     pthread_mutex_destroy(&m->run_lock);
+    pthread_rwlock_destroy(&m->codec_lock);
+    pthread_mutex_destroy(&m->info_lock);
     free(m);
 }
 
@@ -97,14 +104,22 @@ static drama_status codec_matches(const drama_model *m, const dr_codec *codec, d
 
 drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err) {
     if (m->codec) return DRAMA_OK;
-    drama_status st = dr_codec_open(m->dir, m->low_memory ? parts : DR_CODEC_LOAD_ALL, &m->codec, err);
-    if (st != DRAMA_OK) return st;
-    st = codec_matches(m, m->codec, err);
+    unsigned load = m->low_memory ? parts : DR_CODEC_LOAD_ALL;
+    dr_codec *c = NULL;
+    drama_status st = dr_codec_open(m->dir, load, &c, err);
+    if (st == DRAMA_OK) st = codec_matches(m, c, err);
+    dr_codec *view = NULL;
+    if (st == DRAMA_OK && (load & DR_CODEC_LOAD_ENCODER)) st = dr_codec_view_create(c, NULL, &view, err);
     if (st != DRAMA_OK) {
-        dr_pl_codec_release(m);
+        dr_codec_free(c);
         return st;
     }
-    dr_codec_set_pool(m->codec, m->pool);
+    dr_codec_set_pool(c, m->pool);
+    pthread_rwlock_wrlock(&m->codec_lock);
+    m->codec = c;
+    m->codec_parts = load;
+    m->enc_view = view;
+    pthread_rwlock_unlock(&m->codec_lock);
     return DRAMA_OK;
 }
 
@@ -118,8 +133,14 @@ drama_status dr_pl_codec_check(drama_model *m, drama_error *err) {
 }
 
 void dr_pl_codec_release(drama_model *m) {
+    if (m->engines > 0) return; /* an engine runs on it */
+    pthread_rwlock_wrlock(&m->codec_lock);
+    dr_codec_view_free(m->enc_view);
     dr_codec_free(m->codec);
+    m->enc_view = NULL;
     m->codec = NULL;
+    m->codec_parts = 0;
+    pthread_rwlock_unlock(&m->codec_lock);
 }
 
 drama_status dr_pl_codec_geometry(drama_model *m, int *sample_rate, int *samples_per_frame, int *n_codebooks,
@@ -147,7 +168,7 @@ drama_status dr_pl_codec_geometry(drama_model *m, int *sample_rate, int *samples
 
 /* ---- references ---- */
 
-static drama_status codes_bounds(drama_model *m, int nc, int32_t *upper, drama_error *err) {
+drama_status dr_pl_codes_bounds(drama_model *m, int nc, int32_t *upper, drama_error *err) {
     /* Bounds from the model: c0 indexes the semantic tokens, c1.. the tower heads (CODEC.md 2:
      * codes from outside are rejected, never clamped). */
     int64_t sem = m->cfg->audio.vocab_size;
@@ -163,6 +184,19 @@ static drama_status codes_bounds(drama_model *m, int nc, int32_t *upper, drama_e
     return DRAMA_OK;
 }
 
+/* Codes given in memory: copied and range-checked like a CODES.json file (CODEC.md 2). */
+static drama_status copy_codes(const drama_reference *r, int nc, const int32_t *upper, dr_codes *out,
+                               drama_error *err) {
+    if (r->n_code_frames <= 0) return dr_fail_reason(err, DRAMA_EEMPTY, "bad_audio", "codes: no frames");
+    if (r->n_code_frames > INT32_MAX) return dr_fail(err, DRAMA_EINVAL, "codes: %lld frames", (long long)r->n_code_frames);
+    drama_status st = dr_codes_create(out, r->n_code_frames, nc, err);
+    if (st != DRAMA_OK) return st;
+    memcpy(out->data, r->codes, (size_t)r->n_code_frames * (size_t)nc * sizeof(int32_t));
+    st = dr_codes_check(out, upper, "codes", err);
+    if (st != DRAMA_OK) dr_codes_free(out);
+    return st;
+}
+
 drama_status dr_pl_refs_encode(drama_model *m, const drama_reference *refs, int n, dr_pl_refs *out,
                                drama_error *err) {
     memset(out, 0, sizeof *out);
@@ -170,19 +204,24 @@ drama_status dr_pl_refs_encode(drama_model *m, const drama_reference *refs, int 
     int32_t upper[64];
     drama_status st = DRAMA_OK;
     int need_encoder = 0;
-    for (int i = 0; i < n; i++) need_encoder |= refs[i].audio_path != NULL;
+    for (int i = 0; i < n; i++) need_encoder |= refs[i].audio_path != NULL || refs[i].audio_data != NULL;
     if (need_encoder) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_ENCODER, err);
-    if (st == DRAMA_OK) st = codes_bounds(m, nc, upper, err);
+    if (st == DRAMA_OK) st = dr_pl_codes_bounds(m, nc, upper, err);
     for (int i = 0; st == DRAMA_OK && i < n; i++) {
-        out->transcript[i] = refs[i].transcript;
-        if (refs[i].codes_path) {
-            st = dr_codes_read(refs[i].codes_path, nc, upper, &out->codes[i], err);
+        const drama_reference *r = &refs[i];
+        out->transcript[i] = r->transcript;
+        if (r->codes_path) {
+            st = dr_codes_read(r->codes_path, nc, upper, &out->codes[i], err);
             if (st == DRAMA_OK && out->codes[i].n_frames == 0)
-                st = dr_fail(err, DRAMA_EEMPTY, "%s: no frames", refs[i].codes_path);
+                st = dr_fail(err, DRAMA_EEMPTY, "%s: no frames", r->codes_path);
+            if (st != DRAMA_OK) dr_error_prefix(err, "reference %d: ", i);
+        } else if (r->codes) {
+            st = copy_codes(r, nc, upper, &out->codes[i], err);
             if (st != DRAMA_OK) dr_error_prefix(err, "reference %d: ", i);
         } else {
-            st = dr_pl_encode_audio_file(m, refs[i].audio_path, &out->codes[i], err);
-            if (st != DRAMA_OK) dr_error_prefix(err, "reference %d (%s): ", i, refs[i].audio_path);
+            st = dr_pl_encode_audio(m, m->codec, r->audio_path, r->audio_data, r->audio_bytes, 0, &out->codes[i], NULL,
+                                    err);
+            if (st != DRAMA_OK) dr_error_prefix(err, "reference %d (%s): ", i, r->audio_path ? r->audio_path : "audio bytes");
         }
         out->n = i + 1;
     }

@@ -19,12 +19,17 @@ typedef struct dr_pl_refs {
     const char *transcript[16];
 } dr_pl_refs;
 
-/* Audio references are read, mixed to mono, resampled and encoded; code references are read and
- * range-checked. Errors name "reference i (path)". */
+/* Audio references (file or bytes) are read, mixed to mono, resampled and encoded; code
+ * references (CODES.json or in memory) are range-checked. Errors name "reference i (path)". */
 drama_status dr_pl_refs_encode(drama_model *m, const drama_reference *refs, int n, dr_pl_refs *out, drama_error *err);
 void dr_pl_refs_free(dr_pl_refs *r);
-/* One audio file -> codes (read, mono, resample, encode). */
-drama_status dr_pl_encode_audio_file(drama_model *m, const char *path, dr_codes *out, drama_error *err);
+/* One audio file (path) or file image in memory (data, n bytes) -> codes with `codec` (the
+ * model's or a view of it): read, mono, resample, encode. max_seconds as dr_audio_in_opts.
+ * *duration_s (may be NULL): the clip's duration. Input failures carry reason "bad_audio". */
+drama_status dr_pl_encode_audio(drama_model *m, const dr_codec *codec, const char *path, const void *data, size_t n,
+                                double max_seconds, dr_codes *out, double *duration_s, drama_error *err);
+/* Upper bounds of the codes of frame column k (c0 semantic, then the residual books). */
+drama_status dr_pl_codes_bounds(drama_model *m, int nc, int32_t *upper, drama_error *err);
 
 /* ---- text ---- */
 typedef struct dr_pl_text {
@@ -56,6 +61,7 @@ uint64_t dr_pl_random_seed(void); /* from the OS (getrandom), for requests witho
 drama_status dr_pl_lm_acquire(drama_model *m, drama_error *err); /* map + bind; no-op when held */
 void dr_pl_lm_release(drama_model *m);                          /* unmap weights, free everything */
 void dr_pl_lm_free(dr_pl_lm *lm);
+struct dr_gen_lm *dr_pl_lm_model(drama_model *m);               /* NULL while released */
 
 typedef struct dr_pl_gen_params {
     float temperature, top_p, cfg_gamma;
@@ -65,21 +71,40 @@ typedef struct dr_pl_gen_params {
 } dr_pl_gen_params;
 
 typedef struct dr_pl_gen dr_pl_gen;
-typedef drama_status (*dr_pl_frame_fn)(void *ctx, const int32_t *frame, drama_error *err);
+struct dr_gen_session;
 
 drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_gen **out, drama_error *err);
-/* Extends the conditional (and, when guided, unconditional) prompt for batch b and prefills the
- * new rows into the live state: batch 0 is the whole prompt, later batches continue after the
- * earlier batches' frames (TEXT.md 4.5). When the prompt plus frames_ahead would exceed context
- * rows (> 0), the oldest batches leave the history and a fresh state is prefilled (TEXT.md 4.6).
- * *prompt_rows = rows of the conditional prompt. */
+/* Extends the conditional (and, when guided, unconditional) prompt for batch b; its new rows are
+ * then pending (dr_pl_gen_prefill puts them into the live state): batch 0 is the whole prompt,
+ * later batches continue after the earlier batches' frames (TEXT.md 4.5). When the prompt plus
+ * frames_ahead would exceed context rows (> 0), the oldest batches leave the history and a fresh
+ * state will be prefilled (TEXT.md 4.6). *prompt_rows = rows of the conditional prompt. */
 drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *text, int b, const dr_pl_refs *refs,
                               int64_t context, int64_t frames_ahead, int64_t *prompt_rows, drama_error *err);
-/* Generates frames of the current batch until the end token (*ended = 1), `budget` frames when
- * budget > 0, or the frame cap (DRAMA_EFRAMELIMIT). Each frame goes to fn, whose error stops
- * the loop (cancellation). */
-drama_status dr_pl_gen_frames(dr_pl_gen *g, int64_t budget, dr_pl_frame_fn fn, void *ctx, int *ended,
-                              drama_error *err);
+/* Rows not yet in the states (conditional + unconditional). */
+int64_t dr_pl_gen_pending(const dr_pl_gen *g);
+/* One prefill call over the next pending rows: at most max_rows (conditional + unconditional; 0 =
+ * all), never past conditional row stop_cond and unconditional row stop_uncond when stop_cond is
+ * ahead (0 = no stop). Guided calls carry rows of both prompts, in proportion, so a call can take
+ * more rows than max_rows when one prompt is much shorter. *used = rows prefilled. The slicing
+ * never changes a result (dr_gen_prefill extends a state exactly). */
+drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond, int64_t stop_uncond, int64_t *used,
+                               drama_error *err);
+/* The voice prefix of the current prompts (batch 0 with references, nothing prefilled yet), else
+ * 0 and 0; the whole prompt rows (for cache keys) and whether the prompts are guided. */
+void dr_pl_gen_prefix(const dr_pl_gen *g, int64_t *cond_rows, int64_t *uncond_rows);
+const int32_t *dr_pl_gen_rows(const dr_pl_gen *g, int uncond, int64_t *n_rows);
+int dr_pl_gen_is_guided(const dr_pl_gen *g);
+int64_t dr_pl_gen_fed(const dr_pl_gen *g, int uncond); /* rows already in the state */
+/* Continues from a copy of snap, the state after the first cond_rows / uncond_rows rows of these
+ * prompts (a voice prefix), with this request's sampling parameters. */
+drama_status dr_pl_gen_restore(dr_pl_gen *g, const struct dr_gen_session *snap, int64_t cond_rows,
+                               int64_t uncond_rows, drama_error *err);
+struct dr_gen_session *dr_pl_gen_session(dr_pl_gen *g);
+/* Before the first frame of a batch: exactly `budget` frames when > 0, else until the end token. */
+void dr_pl_gen_begin_frames(dr_pl_gen *g, int64_t budget);
+/* Keeps a frame of the current batch (the history of later batches). */
+drama_status dr_pl_gen_keep(dr_pl_gen *g, const int32_t *frame, drama_error *err);
 void dr_pl_gen_free(dr_pl_gen *g);
 
 #endif

@@ -27,7 +27,16 @@ struct drama_model {
     dr_codec *codec;  /* decoder + encoder */
     dr_pl_lm *lm;     /* NULL while released (low-memory mode between requests) */
     int sample_rate, samples_per_frame, n_codebooks; /* from the codec config, at open */
-    pthread_mutex_t run_lock; /* one request at a time per model (shared pool, lazy loads) */
+    pthread_mutex_t run_lock; /* one request (or engine tick) at a time (shared pool, lazy loads) */
+    /* drama_encode_audio runs on other threads: it reads the codec under codec_lock (writers: the
+     * codec's load and release) through enc_view, the same weights on no pool */
+    pthread_rwlock_t codec_lock;
+    unsigned codec_parts;     /* DR_CODEC_LOAD_* bits of m->codec */
+    struct dr_codec *enc_view;
+    pthread_mutex_t info_lock; /* the fingerprint, computed once */
+    int fingerprint_done;
+    char fingerprint[65];
+    atomic_int engines;       /* public engines alive: weights and codec stay loaded */
 };
 
 struct drama_session {

@@ -23,27 +23,38 @@ struct dr_pl_gen {
     int guided_prompt;      /* an unconditional prompt is kept (gamma > 0 and a reference) */
     dr_prompt cond, uncond; /* the whole prompt so far, history included (TEXT.md 4.5) */
     int64_t cond_fed, uncond_fed; /* rows already in the backbone states */
+    int64_t cond_prefix, uncond_prefix; /* rows of the voice prefix (TEXT.md 2.1 segments 1-6) of
+                                           prompts built from scratch with references, else 0 */
     dr_codes *hist;         /* [n_hist] frames of each batch, in order (the last is the current) */
     int n_hist;
     int first_kept;         /* oldest batch still in the prompt history (TEXT.md 4.6) */
 };
 
-drama_status dr_pl_encode_audio_file(drama_model *m, const char *path, dr_codes *out, drama_error *err) {
+drama_status dr_pl_encode_audio(drama_model *m, const dr_codec *codec, const char *path, const void *data, size_t n,
+                                double max_seconds, dr_codes *out, double *duration_s, drama_error *err) {
     memset(out, 0, sizeof *out);
-    if (!m->codec) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: codec not loaded for encoding");
-    const dr_codec_config *cc = dr_codec_cfg(m->codec);
-    dr_audio_in_opts ao = {.target_rate = cc->sample_rate, .max_seconds = 0};
+    if (duration_s) *duration_s = 0;
+    if (!codec) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: codec not loaded for encoding");
+    const dr_codec_config *cc = dr_codec_cfg(codec);
+    dr_audio_in_opts ao = {.target_rate = cc->sample_rate, .max_seconds = max_seconds};
     float *x = NULL;
-    int64_t n = 0;
-    drama_status st = dr_audio_read(path, &ao, &x, &n, err);
+    int64_t ns = 0;
+    drama_status st = path ? dr_audio_read(path, &ao, &x, &ns, err)
+                           : dr_audio_read_memory(data, n, "audio", &ao, &x, &ns, err);
+    if (st != DRAMA_OK) {
+        dr_error_set_reason(err, "bad_audio"); /* the input's fault: unreadable, empty, non-finite, too long */
+        free(x);
+        return st;
+    }
+    if (duration_s) *duration_s = (double)ns / cc->sample_rate;
     int32_t *codes = NULL;
     int64_t frames = 0;
-    if (st == DRAMA_OK) st = dr_codec_encode(m->codec, x, n, &codes, &frames, NULL, NULL, err);
+    st = dr_codec_encode(codec, x, ns, &codes, &frames, NULL, NULL, err);
     free(x);
     if (st != DRAMA_OK) return st;
     if (frames <= 0) {
         free(codes);
-        return dr_fail(err, DRAMA_EEMPTY, "%s: no frames after encoding", path);
+        return dr_fail_reason(err, DRAMA_EEMPTY, "bad_audio", "%s: no frames after encoding", path ? path : "audio");
     }
     out->n_frames = frames;
     out->n_codebooks = cc->num_codebooks;
@@ -96,6 +107,8 @@ drama_status dr_pl_lm_acquire(drama_model *m, drama_error *err) {
     return DRAMA_OK;
 }
 
+struct dr_gen_lm *dr_pl_lm_model(drama_model *m) { return m->lm ? m->lm->g : NULL; }
+
 void dr_pl_lm_free(dr_pl_lm *lm) {
     if (!lm) return;
     dr_gen_lm_close(lm->g);
@@ -103,6 +116,7 @@ void dr_pl_lm_free(dr_pl_lm *lm) {
 }
 
 void dr_pl_lm_release(drama_model *m) {
+    if (m->engines > 0) return; /* an engine runs on it */
     dr_pl_lm_free(m->lm);
     m->lm = NULL;
 }
@@ -135,7 +149,8 @@ drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_g
 /* One prompt from scratch: system (+ references), then batches first..b-1 as history (user turn,
  * generation start, their frames, end of turn), then batch b's user turn and generation start. */
 static drama_status build_prompt(dr_pl_gen *g, dr_prompt *pr, drama_model *m, const dr_pl_text *text, int first,
-                                 int b, const dr_pl_refs *refs, int with_refs, drama_error *err) {
+                                 int b, const dr_pl_refs *refs, int with_refs, int64_t *prefix_rows,
+                                 drama_error *err) {
     dr_prompt_options opt;
     dr_prompt_options_from_switches(&m->cfg->sw, &opt);
     dr_reference r[16];
@@ -146,6 +161,7 @@ static drama_status build_prompt(dr_pl_gen *g, dr_prompt *pr, drama_model *m, co
     }
     drama_status st = dr_prompt_begin(pr, m->tok, &opt, g->nc, err);
     if (st == DRAMA_OK) st = dr_prompt_system(pr, r, n, err);
+    *prefix_rows = st == DRAMA_OK && refs->n > 0 ? pr->rows.n_rows : 0;
     for (int j = first; st == DRAMA_OK && j < b; j++) {
         st = dr_prompt_user(pr, text->batch[j], strlen(text->batch[j]), err);
         if (st == DRAMA_OK) st = dr_prompt_generation_start(pr, err);
@@ -182,8 +198,10 @@ static drama_status rebuild(dr_pl_gen *g, drama_model *m, const dr_pl_text *text
     free_prompts(g);
     g->started = 1;
     memset(&g->uncond, 0, sizeof g->uncond);
-    drama_status st = build_prompt(g, &g->cond, m, text, first, b, refs, 1, err);
-    if (st == DRAMA_OK && g->guided_prompt) st = build_prompt(g, &g->uncond, m, text, first, b, refs, 0, err);
+    g->cond_prefix = g->uncond_prefix = 0;
+    drama_status st = build_prompt(g, &g->cond, m, text, first, b, refs, 1, &g->cond_prefix, err);
+    if (st == DRAMA_OK && g->guided_prompt)
+        st = build_prompt(g, &g->uncond, m, text, first, b, refs, 0, &g->uncond_prefix, err);
     g->cond_fed = g->uncond_fed = 0;
     return st;
 }
@@ -216,19 +234,9 @@ drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *te
         }
     }
     if (st != DRAMA_OK) return st;
-    const int64_t w = g->cond.rows.n_cols;
-    const int32_t *rows = g->cond.rows.data + g->cond_fed * w;
-    int64_t n = g->cond.rows.n_rows - g->cond_fed;
-    const int32_t *urows = NULL;
-    int64_t un = 0;
-    if (g->guided_prompt) {
-        urows = g->uncond.rows.data + g->uncond_fed * w;
-        un = g->uncond.rows.n_rows - g->uncond_fed;
-    }
-    st = dr_gen_prefill(g->s, rows, n, urows, un, err);
-    if (st != DRAMA_OK) return st;
-    g->cond_fed = g->cond.rows.n_rows;
-    g->uncond_fed = g->guided_prompt ? g->uncond.rows.n_rows : 0;
+    /* Only batch 0 starts with the voice prefix in a fresh session with no draws (the snapshot's
+     * draw counter is 0); a trimmed later batch re-prefills it in its own session. */
+    if (b > 0) g->cond_prefix = g->uncond_prefix = 0;
     *prompt_rows = g->cond.rows.n_rows;
     /* A new, empty frame list for this batch. */
     dr_codes *h = realloc(g->hist, (size_t)(g->n_hist + 1) * sizeof *h);
@@ -240,7 +248,96 @@ drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *te
     return st;
 }
 
-static drama_status keep_frame(dr_pl_gen *g, const int32_t *frame, drama_error *err) {
+int64_t dr_pl_gen_pending(const dr_pl_gen *g) {
+    if (!g->started) return 0;
+    return g->cond.rows.n_rows - g->cond_fed + (g->guided_prompt ? g->uncond.rows.n_rows - g->uncond_fed : 0);
+}
+
+void dr_pl_gen_prefix(const dr_pl_gen *g, int64_t *cond_rows, int64_t *uncond_rows) {
+    *cond_rows = g->cond_fed == 0 ? g->cond_prefix : 0;
+    *uncond_rows = g->cond_fed == 0 && g->guided_prompt ? g->uncond_prefix : 0;
+}
+
+const int32_t *dr_pl_gen_rows(const dr_pl_gen *g, int uncond, int64_t *n_rows) {
+    const dr_prompt *p = uncond ? &g->uncond : &g->cond;
+    if (!g->started || (uncond && !g->guided_prompt)) {
+        *n_rows = 0;
+        return NULL;
+    }
+    *n_rows = p->rows.n_rows;
+    return p->rows.data;
+}
+
+int dr_pl_gen_is_guided(const dr_pl_gen *g) { return g->guided_prompt; }
+
+int64_t dr_pl_gen_fed(const dr_pl_gen *g, int uncond) { return uncond ? g->uncond_fed : g->cond_fed; }
+
+/* Rows of the next call: unguided, up to `budget`; guided, both prompts advance together (every
+ * call must carry rows of each) in proportion, so both reach their ends in the same call. */
+static void next_piece(int64_t rc, int64_t ru, int guided, int64_t budget, int64_t *c, int64_t *u) {
+    if (!guided) {
+        *c = budget > 0 && budget < rc ? budget : rc;
+        *u = 0;
+        return;
+    }
+    int64_t pieces = budget > 0 ? (rc + ru + budget - 1) / budget : 1;
+    if (pieces > rc) pieces = rc;
+    if (pieces > ru) pieces = ru;
+    if (pieces < 1) pieces = 1;
+    *c = (rc + pieces - 1) / pieces;
+    *u = (ru + pieces - 1) / pieces;
+}
+
+drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond, int64_t stop_uncond, int64_t *used,
+                               drama_error *err) {
+    *used = 0;
+    if (!g->started) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: prefill before a prompt");
+    int64_t end_c = g->cond.rows.n_rows, end_u = g->guided_prompt ? g->uncond.rows.n_rows : 0;
+    if (stop_cond > g->cond_fed && stop_cond < end_c) {
+        end_c = stop_cond;
+        if (g->guided_prompt) end_u = stop_uncond;
+    }
+    int64_t rc = end_c - g->cond_fed, ru = g->guided_prompt ? end_u - g->uncond_fed : 0;
+    if (rc <= 0) return DRAMA_OK;
+    if (g->guided_prompt && ru <= 0)
+        return dr_fail(err, DRAMA_EINTERNAL, "pipeline: guided prefill without unconditional rows");
+    int64_t c, u;
+    next_piece(rc, ru, g->guided_prompt, max_rows, &c, &u);
+    const int64_t w = g->cond.rows.n_cols;
+    const int32_t *urows = g->guided_prompt ? g->uncond.rows.data + g->uncond_fed * w : NULL;
+    drama_status st = dr_gen_prefill(g->s, g->cond.rows.data + g->cond_fed * w, c, urows, u, err);
+    if (st != DRAMA_OK) return st;
+    g->cond_fed += c;
+    g->uncond_fed += u;
+    *used = c + u;
+    return DRAMA_OK;
+}
+
+drama_status dr_pl_gen_restore(dr_pl_gen *g, const dr_gen_session *snap, int64_t cond_rows, int64_t uncond_rows,
+                               drama_error *err) {
+    if (!g->started || g->cond_fed != 0 || cond_rows > g->cond.rows.n_rows ||
+        (g->guided_prompt && uncond_rows > g->uncond.rows.n_rows))
+        return dr_fail(err, DRAMA_EINTERNAL, "pipeline: snapshot restored into a prompt it does not start");
+    dr_gen_session *s = NULL;
+    drama_status st = dr_gen_session_clone(snap, &s, err);
+    if (st == DRAMA_OK) st = dr_gen_set_params(s, &g->o.sp, err);
+    if (st != DRAMA_OK) {
+        dr_gen_session_free(s);
+        return st;
+    }
+    dr_gen_session_free(g->s);
+    g->s = s;
+    g->cond_fed = cond_rows;
+    g->uncond_fed = g->guided_prompt ? uncond_rows : 0;
+    return DRAMA_OK;
+}
+
+dr_gen_session *dr_pl_gen_session(dr_pl_gen *g) { return g->s; }
+
+void dr_pl_gen_begin_frames(dr_pl_gen *g, int64_t budget) { dr_gen_set_frames(g->s, budget > 0 ? (int)budget : 0); }
+
+drama_status dr_pl_gen_keep(dr_pl_gen *g, const int32_t *frame, drama_error *err) {
+    if (g->n_hist == 0) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: frames before a prompt");
     dr_codes *c = &g->hist[g->n_hist - 1];
     int64_t n = c->n_frames + 1;
     int32_t *d = realloc(c->data, (size_t)n * (size_t)g->nc * sizeof *d);
@@ -249,31 +346,6 @@ static drama_status keep_frame(dr_pl_gen *g, const int32_t *frame, drama_error *
     c->data = d;
     c->n_frames = n;
     return DRAMA_OK;
-}
-
-drama_status dr_pl_gen_frames(dr_pl_gen *g, int64_t budget, dr_pl_frame_fn fn, void *ctx, int *ended,
-                              drama_error *err) {
-    *ended = 0;
-    if (g->n_hist == 0) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: frames before a prompt");
-    dr_gen_set_frames(g->s, budget > 0 ? (int)budget : 0);
-    int32_t frame[64];
-    if (g->nc > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "generation: %d codebooks", g->nc);
-    for (;;) {
-        dr_gen_finish fin = DR_FINISH_NONE;
-        drama_status st = dr_gen_next(g->s, frame, &fin, err);
-        if (st != DRAMA_OK) return st;
-        if (fin == DR_FINISH_END_TOKEN) {
-            *ended = 1;
-            return DRAMA_OK;
-        }
-        if (fin != DR_FINISH_NONE) return DRAMA_OK;
-        st = keep_frame(g, frame, err);
-        if (st == DRAMA_OK) st = fn(ctx, frame, err);
-        if (st != DRAMA_OK) {
-            dr_gen_cancel(g->s);
-            return st;
-        }
-    }
 }
 
 void dr_pl_gen_free(dr_pl_gen *g) {

@@ -99,9 +99,9 @@ drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t
     if (!what) what = "text";
     drama_error local = {0};
     if (dr_utf8_check(text, len, what, &local) != DRAMA_OK)
-        return dr_fail(err, DRAMA_EINVAL, "invalid_utf8: %s", local.message);
+        return dr_fail_reason(err, DRAMA_EINVAL, "invalid_utf8", "invalid_utf8: %s", local.message);
     if (tok_skip_space(text, len, 0) == len)
-        return dr_fail(err, DRAMA_EEMPTY, "empty_text: %s is empty after trimming whitespace", what);
+        return dr_fail_reason(err, DRAMA_EEMPTY, "empty_text", "empty_text: %s is empty after trimming whitespace", what);
     for (size_t pos = 0; pos < len;) {
         size_t n = dr_prompt_speaker_tag_at(text, len, pos, NULL);
         if (n) {
@@ -111,18 +111,18 @@ drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t
         /* checked before added tokens: a tokenizer may carry more tags than the 16 speakers */
         n = speaker_like_at(text, len, pos);
         if (n)
-            return dr_fail(err, DRAMA_EINVAL,
+            return dr_fail_reason(err, DRAMA_EINVAL, "invalid_speaker_tag",
                            "invalid_speaker_tag: %s contains \"%.*s\" at byte offset %zu (tags are <|speaker:N|>, N = 0..%d)",
                            what, (int)(n > 64 ? 64 : n), text + pos, pos, DR_PROMPT_SPEAKERS - 1);
         int32_t id;
         size_t ml;
         if (dr_tok_match_added(tok, text, len, pos, &id, &ml))
-            return dr_fail(err, DRAMA_EINVAL, "reserved_token: %s contains \"%s\" at byte offset %zu", what,
+            return dr_fail_reason(err, DRAMA_EINVAL, "reserved_token", "reserved_token: %s contains \"%s\" at byte offset %zu", what,
                            dr_tok_token(tok, id), pos);
         pos++;
     }
     if (!has_speech(text, len))
-        return dr_fail(err, DRAMA_EEMPTY, "empty_text: %s has only speaker tags and whitespace", what);
+        return dr_fail_reason(err, DRAMA_EEMPTY, "empty_text", "empty_text: %s has only speaker tags and whitespace", what);
     return DRAMA_OK;
 }
 

@@ -64,8 +64,8 @@ typedef struct dr_reference {
     const dr_codes *codes;
 } dr_reference;
 
-/* Validation of user text and transcripts (TEXT.md 2.3). Fails with a message starting with the
- * stable reason name: "invalid_utf8" (byte offset), "empty_text" (only whitespace and speaker tags; DRAMA_EEMPTY),
+/* Validation of user text and transcripts (TEXT.md 2.3). Fails with err->reason and the start of
+ * the message set to the stable reason name: "invalid_utf8" (byte offset), "empty_text" (only whitespace and speaker tags; DRAMA_EEMPTY),
  * "reserved_token" (the token and its byte offset), "invalid_speaker_tag" (tag and offset).
  * `what` names the text in messages ("text", "reference 1 transcript"). */
 drama_status dr_prompt_validate_text(const dr_tok *tok, const char *text, size_t len, const char *what,

@@ -1,0 +1,523 @@
+/* Unit tests of the batched engine (include/drama.h drama_engine_*, src/gen/engine*.c) on the golden
+ * tiny model: every request's codes and audio equal its solo run through drama_synthesize (a
+ * private one-lane engine, checked against the goldens elsewhere), whatever else runs beside it,
+ * when it starts, how its prefill is sliced, and whether its voice prefix came from the prompt
+ * cache; cancellation mid-prefill and mid-generation frees the lane; A -> B -> A with the cache;
+ * LRU eviction at the byte bound; admission by memory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "drama.h"
+#include "gen/engine_internal.h"
+#include "gen/session.h"
+#include "model/state.h"
+#include "model/state_bytes.h"
+#include "testutil.h"
+
+typedef struct sink {
+    float *x;
+    size_t n, cap;
+    int calls;
+    int cancel_after; /* > 0: nonzero on that call */
+} sink;
+
+static int collect(void *user, const float *s, size_t n) {
+    sink *k = user;
+    if (k->n + n > k->cap) {
+        k->cap = (k->n + n) * 2;
+        k->x = realloc(k->x, k->cap * sizeof *k->x);
+    }
+    memcpy(k->x + k->n, s, n * sizeof *s);
+    k->n += n;
+    k->calls++;
+    return k->cancel_after > 0 && k->calls >= k->cancel_after;
+}
+
+static drama_model *open_tiny(void) {
+    drama_model_options mo;
+    drama_model_options_default(&mo);
+    mo.threads = 2;
+    drama_model *m = NULL;
+    drama_error e = {0};
+    if (drama_model_open(&m, tu_golden("tiny-drama3"), &mo, &e) != DRAMA_OK) fail_msg("model open: %s", e.message);
+    return m;
+}
+
+/* Deterministic reference codes in range for any model (small values). */
+static int32_t *make_codes(int nc, int frames, int salt) {
+    int32_t *c = malloc((size_t)frames * nc * sizeof *c);
+    for (int f = 0; f < frames; f++)
+        for (int k = 0; k < nc; k++) c[f * nc + k] = (f * 7 + k * 3 + salt * 11) % 40;
+    return c;
+}
+
+typedef struct outcome {
+    drama_status st;
+    drama_result res;
+    sink audio;
+} outcome;
+
+static void outcome_free(outcome *o) {
+    drama_result_free(&o->res);
+    free(o->audio.x);
+    memset(o, 0, sizeof *o);
+}
+
+static void solo(drama_model *m, const drama_request *r, outcome *o) {
+    memset(o, 0, sizeof *o);
+    drama_session *s = NULL;
+    drama_error e = {0};
+    assert_int_equal(drama_session_create(&s, m, &e), DRAMA_OK);
+    o->st = drama_synthesize(s, r, collect, NULL, &o->audio, &o->res, &e);
+    drama_session_free(s);
+}
+
+static void same(const outcome *a, const outcome *b, const char *what) {
+    if (a->st != b->st) fail_msg("%s: status %d vs %d", what, a->st, b->st);
+    assert_string_equal(a->res.finish_reason, b->res.finish_reason);
+    if (a->res.frames != b->res.frames) fail_msg("%s: %lld vs %lld frames", what, (long long)a->res.frames, (long long)b->res.frames);
+    if (a->st == DRAMA_OK) {
+        assert_non_null(a->res.codes);
+        assert_non_null(b->res.codes);
+        assert_memory_equal(a->res.codes, b->res.codes, (size_t)a->res.frames * a->res.n_codebooks * sizeof(int32_t));
+        if (a->audio.n != b->audio.n) fail_msg("%s: %zu vs %zu samples", what, a->audio.n, b->audio.n);
+        assert_memory_equal(a->audio.x, b->audio.x, a->audio.n * sizeof(float));
+    }
+}
+
+/* Steps the engine until every lane in hs[0..n) is done (bounded). */
+static void run_until_done(drama_engine *e, const drama_lane *hs, int n) {
+    drama_error err = {0};
+    for (int t = 0; t < 100000; t++) {
+        int all = 1;
+        for (int i = 0; i < n; i++) all &= drama_lane_done(e, hs[i]);
+        if (all) return;
+        assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+    }
+    fail_msg("engine did not finish in 100000 ticks");
+}
+
+#define NREQ 8
+typedef struct suite {
+    drama_request r[NREQ];
+    drama_reference refs[4][2];
+    int32_t *codes[3];
+    char name[NREQ][48];
+} suite;
+
+/* Requests of different lengths, voices, guidance, stop rules, streaming, seeds. */
+static void make_suite(drama_model *m, suite *s) {
+    memset(s, 0, sizeof *s);
+    int nc = drama_model_codebooks(m);
+    s->codes[0] = make_codes(nc, 12, 1);
+    s->codes[1] = make_codes(nc, 7, 2);
+    s->codes[2] = make_codes(nc, 5, 3);
+    drama_reference A = {.transcript = "A voice.", .codes = s->codes[0], .n_code_frames = 12};
+    drama_reference B = {.transcript = "Another voice here.", .codes = s->codes[1], .n_code_frames = 7};
+    drama_reference C = {.transcript = "Third.", .codes = s->codes[2], .n_code_frames = 5};
+    s->refs[0][0] = A;
+    s->refs[1][0] = B;
+    s->refs[2][0] = A;
+    s->refs[2][1] = C;
+    s->refs[3][0] = A;
+    for (int i = 0; i < NREQ; i++) {
+        drama_request *q = &s->r[i];
+        drama_request_default(q);
+        q->seed = 1000 + (uint64_t)i * 77;
+        q->seed_set = 1;
+    }
+    s->r[0].text = "Hello there.";
+    s->r[0].frames = 6;
+    snprintf(s->name[0], 48, "plain, 6 frames");
+    s->r[1].text = "A voice speaks first. Then it keeps going for a while.";
+    s->r[1].references = s->refs[0];
+    s->r[1].n_references = 1;
+    s->r[1].frames = 9;
+    s->r[1].stream = 1;
+    snprintf(s->name[1], 48, "voice A, stream");
+    s->r[2].text = "Guided speech with a voice.";
+    s->r[2].references = s->refs[0];
+    s->r[2].n_references = 1;
+    s->r[2].cfg_gamma = 1.5f;
+    s->r[2].frames = 7;
+    snprintf(s->name[2], 48, "voice A, guided");
+    s->r[3].text = "<|speaker:0|>One. <|speaker:1|>Two, and then three more words to say here.";
+    s->r[3].references = s->refs[2];
+    s->r[3].n_references = 2;
+    s->r[3].chunk_tokens = 6;
+    s->r[3].frames_per_batch = 3;
+    snprintf(s->name[3], 48, "two voices, long text");
+    s->r[4].text = "Short.";
+    s->r[4].references = s->refs[1];
+    s->r[4].n_references = 1;
+    s->r[4].temperature = 0;
+    s->r[4].frames = 4;
+    s->r[4].stream = 1;
+    s->r[4].stream_first_frames = 1;
+    s->r[4].stream_chunk_frames = 2;
+    snprintf(s->name[4], 48, "voice B, greedy, stream 1/2");
+    s->r[5].text = "This one never ends on the random model.";
+    s->r[5].max_frames = 5;
+    snprintf(s->name[5], 48, "frame cap");
+    s->r[6].text = "Long text in guided mode, split into several batches for the test.";
+    s->r[6].references = s->refs[3];
+    s->r[6].n_references = 1;
+    s->r[6].cfg_gamma = 0.5f;
+    s->r[6].chunk_tokens = 5;
+    s->r[6].frames_per_batch = 2;
+    s->r[6].stream = 1;
+    snprintf(s->name[6], 48, "voice A, guided, long text");
+    s->r[7].text = "A voice speaks first. Then it keeps going for a while.";
+    s->r[7].references = s->refs[0];
+    s->r[7].n_references = 1;
+    s->r[7].frames = 9;
+    s->r[7].seed = 5;
+    snprintf(s->name[7], 48, "voice A again, other seed");
+}
+
+static void free_suite(suite *s) {
+    for (int i = 0; i < 3; i++) free(s->codes[i]);
+}
+
+static drama_engine *make_engine(drama_model *m, int lanes, int slice, int64_t cache) {
+    drama_engine_options o;
+    drama_engine_options_default(&o);
+    o.lanes = lanes;
+    o.prefill_slice_rows = slice;
+    o.prompt_cache_bytes = cache;
+    o.memory_budget_bytes = -1;
+    drama_engine *e = NULL;
+    drama_error err = {0};
+    if (drama_engine_create(&e, m, &o, &err) != DRAMA_OK) fail_msg("engine: %s", err.message);
+    return e;
+}
+
+/* Runs the suite through an engine: requests start as lanes come free, one new start per tick
+ * (so they join at different ticks), each compared with its solo outcome. */
+static void run_suite(drama_model *m, suite *s, const outcome *want, int lanes, int slice, int64_t cache,
+                      int64_t *hits) {
+    drama_engine *e = make_engine(m, lanes, slice, cache);
+    outcome got[NREQ];
+    memset(got, 0, sizeof got);
+    drama_lane h[NREQ] = {0};
+    int next = 0, done = 0;
+    drama_error err = {0};
+    for (int t = 0; t < 100000 && done < NREQ; t++) {
+        if (next < NREQ) {
+            drama_status st = drama_engine_start(e, &s->r[next], collect, NULL, &got[next].audio, &h[next], &err);
+            if (st == DRAMA_OK) next++;
+            else if (st != DRAMA_EBUSY) fail_msg("start %d: %s", next, err.message);
+            else assert_string_equal(err.reason, "no_free_lane");
+            dr_error_clear(&err);
+        }
+        assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+        for (int i = 0; i < next; i++)
+            if (h[i] && drama_lane_done(e, h[i])) {
+                drama_error le = {0};
+                got[i].st = drama_lane_result(e, h[i], &got[i].res, &le);
+                drama_lane_release(e, h[i]);
+                h[i] = 0;
+                done++;
+            }
+    }
+    assert_int_equal(done, NREQ);
+    for (int i = 0; i < NREQ; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "lanes %d slice %d cache %lld: %s", lanes, slice, (long long)cache, s->name[i]);
+        same(&want[i], &got[i], what);
+        outcome_free(&got[i]);
+    }
+    drama_engine_stats es;
+    drama_engine_get_stats(e, &es);
+    assert_int_equal(es.lanes_busy, 0);
+    assert_int_equal(es.reserved_bytes, 0);
+    if (hits) *hits = es.prompt_cache_hits;
+    printf("lanes %d slice %d cache %lld: %d requests equal to solo; %lld ticks, cache hits %lld misses %lld\n", lanes,
+           slice, (long long)cache, NREQ, (long long)es.ticks, (long long)es.prompt_cache_hits,
+           (long long)es.prompt_cache_misses);
+    drama_engine_free(e);
+}
+
+static void test_batched_equals_solo(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    outcome want[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        solo(m, &s.r[i], &want[i]);
+        printf("solo %-28s %s, %lld frames\n", s.name[i], want[i].res.finish_reason, (long long)want[i].res.frames);
+    }
+    assert_int_equal(want[5].st, DRAMA_EFRAMELIMIT); /* the suite has a failing request too */
+    assert_string_equal(want[3].res.finish_reason, "frames");
+    assert_true(want[3].res.n_batches > 1 && want[6].res.n_batches > 1);
+    int64_t hits = 0;
+    run_suite(m, &s, want, 3, 7, 0, NULL);
+    run_suite(m, &s, want, 4, 1, 64 << 20, &hits);
+    assert_true(hits >= 2); /* voice A unguided (1, 7) and guided (2, 6) repeat */
+    run_suite(m, &s, want, 2, 0, 64 << 20, NULL);
+    for (int i = 0; i < NREQ; i++) outcome_free(&want[i]);
+    free_suite(&s);
+    drama_model_close(m);
+}
+
+/* A slice size never changes a result: 1, 7 and whole prompts, beside a generating lane. */
+static void test_prefill_slices(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    const int pick[2] = {2, 3}; /* guided; two voices and long text */
+    for (int p = 0; p < 2; p++) {
+        const drama_request *r = &s.r[pick[p]];
+        outcome want;
+        solo(m, r, &want);
+        const int slices[3] = {1, 7, 0};
+        for (int k = 0; k < 3; k++) {
+            drama_engine *e = make_engine(m, 2, slices[k], 0);
+            drama_request bg = s.r[0];
+            bg.frames = 40; /* keeps a lane generating through the other's prefill */
+            outcome b, got;
+            memset(&b, 0, sizeof b);
+            memset(&got, 0, sizeof got);
+            drama_lane hb = 0, hg = 0;
+            drama_error err = {0};
+            assert_int_equal(drama_engine_start(e, &bg, collect, NULL, &b.audio, &hb, &err), DRAMA_OK);
+            assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+            assert_int_equal(drama_engine_start(e, r, collect, NULL, &got.audio, &hg, &err), DRAMA_OK);
+            int64_t ticks0;
+            drama_engine_stats es;
+            drama_engine_get_stats(e, &es);
+            ticks0 = es.ticks;
+            while (!drama_lane_done(e, hg)) assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+            got.st = drama_lane_result(e, hg, &got.res, NULL);
+            drama_engine_get_stats(e, &es);
+            char what[64];
+            snprintf(what, sizeof what, "request %d, slice %d", pick[p], slices[k]);
+            same(&want, &got, what);
+            printf("%s: equal to solo, %lld ticks\n", what, (long long)(es.ticks - ticks0));
+            drama_lane h2[1] = {hb};
+            run_until_done(e, h2, 1);
+            drama_lane_release(e, hb);
+            drama_lane_release(e, hg);
+            outcome_free(&b);
+            outcome_free(&got);
+            drama_engine_free(e);
+        }
+        outcome_free(&want);
+    }
+    free_suite(&s);
+    drama_model_close(m);
+}
+
+static void expect_idle(drama_engine *e) {
+    drama_engine_stats es;
+    drama_engine_get_stats(e, &es);
+    assert_int_equal(es.lanes_prefilling, 0);
+    assert_int_equal(es.lanes_generating, 0);
+    assert_int_equal(es.reserved_bytes, 0);
+}
+
+/* Cancel while prefilling and while generating: the lane finishes within one tick with its state
+ * and reservation freed; the same request afterwards equals its solo run. */
+static void test_cancel(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    drama_request r = s.r[2]; /* guided, with a voice */
+    outcome want;
+    solo(m, &r, &want);
+    drama_engine *e = make_engine(m, 2, 1, 64 << 20);
+    drama_error err = {0};
+    drama_request bg = s.r[0];
+    bg.frames = 200;
+    outcome b;
+    memset(&b, 0, sizeof b);
+    drama_lane hb = 0;
+    assert_int_equal(drama_engine_start(e, &bg, collect, NULL, &b.audio, &hb, &err), DRAMA_OK);
+    assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+    for (int where = 0; where < 2; where++) { /* 0: mid-prefill, 1: mid-generation */
+        outcome got;
+        memset(&got, 0, sizeof got);
+        drama_lane h = 0;
+        assert_int_equal(drama_engine_start(e, &r, collect, NULL, &got.audio, &h, &err), DRAMA_OK);
+        drama_engine_stats es;
+        int guard = 0;
+        for (;;) {
+            assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+            drama_engine_get_stats(e, &es);
+            dr_lane *l = &e->lanes[(h & 0xFFFF) - 1];
+            if (where == 0 && l->phase == DR_LANE_PREFILL) break;
+            if (where == 1 && l->phase == DR_LANE_GENERATE && l->n_frames >= 3) break;
+            assert_true(++guard < 10000);
+        }
+        int64_t reserved_with = es.reserved_bytes;
+        drama_lane_cancel(e, h);
+        assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+        assert_true(drama_lane_done(e, h));
+        drama_error le = {0};
+        assert_int_equal(drama_lane_result(e, h, &got.res, &le), DRAMA_ECANCELLED);
+        assert_string_equal(got.res.finish_reason, "cancelled");
+        assert_null(got.res.codes);
+        drama_engine_get_stats(e, &es);
+        assert_true(es.reserved_bytes < reserved_with); /* only the background lane's reservation is left */
+        drama_lane_release(e, h);
+        drama_lane_cancel(e, h); /* stale handle: ignored */
+        outcome_free(&got);
+        /* the identical request now */
+        assert_int_equal(drama_engine_start(e, &r, collect, NULL, &got.audio, &h, &err), DRAMA_OK);
+        drama_lane h1[1] = {h};
+        run_until_done(e, h1, 1);
+        got.st = drama_lane_result(e, h, &got.res, NULL);
+        drama_lane_release(e, h);
+        same(&want, &got, where ? "after a cancel mid-generation" : "after a cancel mid-prefill");
+        outcome_free(&got);
+    }
+    drama_lane_cancel(e, hb);
+    assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+    assert_true(drama_lane_done(e, hb));
+    drama_lane_release(e, hb);
+    expect_idle(e);
+    outcome_free(&b);
+    outcome_free(&want);
+    drama_engine_free(e);
+    free_suite(&s);
+    drama_model_close(m);
+}
+
+/* A -> B -> A through the cache gives A the audio of a fresh engine; a bound that holds one entry
+ * evicts the least recently used. */
+static void test_cache_abA_and_lru(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    const drama_request *A = &s.r[1], *B = &s.r[4];
+    outcome wa, wb;
+    solo(m, A, &wa);
+    solo(m, B, &wb);
+    int64_t n;
+    (void)n;
+    for (int bound = 0; bound < 2; bound++) {
+        /* bound 0: room for both; bound 1: for one entry only */
+        drama_plan pa;
+        drama_error err = {0};
+        assert_int_equal(drama_request_plan(m, A, &pa, &err), DRAMA_OK);
+        int64_t one = dr_plan_snapshot_bytes(m, pa.prefix_rows, 0);
+        assert_true(one > 0);
+        drama_engine *e = make_engine(m, 1, 0, bound ? one + one / 2 : 64 << 20);
+        const drama_request *seq[3] = {A, B, A};
+        const outcome *want[3] = {&wa, &wb, &wa};
+        for (int i = 0; i < 3; i++) {
+            outcome got;
+            memset(&got, 0, sizeof got);
+            drama_lane h = 0;
+            assert_int_equal(drama_engine_start(e, seq[i], collect, NULL, &got.audio, &h, &err), DRAMA_OK);
+            drama_lane h1[1] = {h};
+            run_until_done(e, h1, 1);
+            got.st = drama_lane_result(e, h, &got.res, NULL);
+            drama_lane_release(e, h);
+            same(want[i], &got, i == 2 ? "A after B" : "first A / B");
+            assert_int_equal(got.res.voice_cached, i == 2 && !bound);
+            outcome_free(&got);
+            drama_engine_stats es;
+            drama_engine_get_stats(e, &es);
+            assert_true(es.prompt_cache_bytes <= (bound ? one + one / 2 : 64 << 20));
+            if (bound) assert_true(es.prompt_cache_entries == 1);
+        }
+        drama_engine_stats es;
+        drama_engine_get_stats(e, &es);
+        printf("cache bound %lld: hits %lld misses %lld evictions %lld entries %lld bytes %lld\n",
+               (long long)(bound ? one + one / 2 : 64 << 20), (long long)es.prompt_cache_hits,
+               (long long)es.prompt_cache_misses, (long long)es.prompt_cache_evictions,
+               (long long)es.prompt_cache_entries, (long long)es.prompt_cache_bytes);
+        assert_int_equal(es.prompt_cache_hits, bound ? 0 : 1);
+        assert_int_equal(es.prompt_cache_misses, bound ? 3 : 2);
+        if (bound) assert_int_equal(es.prompt_cache_evictions, 2);
+        drama_engine_free(e);
+    }
+    outcome_free(&wa);
+    outcome_free(&wb);
+    free_suite(&s);
+    drama_model_close(m);
+}
+
+/* Admission by memory: a budget that holds one request's reservation refuses a second one now
+ * (EBUSY, insufficient_memory) and one that can never fit (ENOMEM); the planned bytes cover what
+ * real states report. */
+static void test_memory_admission(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    drama_plan p;
+    drama_error err = {0};
+    assert_int_equal(drama_request_plan(m, &s.r[1], &p, &err), DRAMA_OK);
+    assert_true(p.state_bytes > 0 && p.prompt_rows > p.prefix_rows && p.prefix_rows > 12);
+    assert_int_equal(p.max_rows, p.prompt_rows + 9);
+    drama_engine_options o;
+    drama_engine_options_default(&o);
+    o.lanes = 2;
+    o.memory_budget_bytes = p.state_bytes + p.state_bytes / 2;
+    drama_engine *e = NULL;
+    assert_int_equal(drama_engine_create(&e, m, &o, &err), DRAMA_OK);
+    drama_lane h1 = 0, h2 = 0;
+    sink k1 = {0}, k2 = {0};
+    assert_int_equal(drama_engine_start(e, &s.r[1], collect, NULL, &k1, &h1, &err), DRAMA_OK);
+    assert_int_equal(drama_engine_start(e, &s.r[1], collect, NULL, &k2, &h2, &err), DRAMA_EBUSY);
+    assert_string_equal(err.reason, "insufficient_memory");
+    dr_error_clear(&err);
+    drama_request big = s.r[1];
+    big.max_frames = 750;
+    big.frames = 700;
+    assert_int_equal(drama_engine_start(e, &big, collect, NULL, &k2, &h2, &err), DRAMA_ENOMEM);
+    assert_string_equal(err.reason, "insufficient_memory");
+    dr_error_clear(&err);
+    drama_lane hs[1] = {h1};
+    run_until_done(e, hs, 1);
+    drama_lane_release(e, h1);
+    assert_int_equal(drama_engine_start(e, &s.r[1], collect, NULL, &k2, &h2, &err), DRAMA_OK);
+    drama_lane_release(e, h2); /* dropped before it ran */
+    expect_idle(e);
+    drama_engine_free(e);
+    /* the formula against real states */
+    const dr_gen_lm *g = dr_pl_lm_model(m);
+    assert_non_null(g);
+    const int64_t rows[4] = {1, 255, 257, 1000};
+    for (int i = 0; i < 4; i++) {
+        dr_bb_state *st = NULL;
+        assert_int_equal(dr_bb_state_create(&g->bb, 256, &st, &err), DRAMA_OK);
+        assert_int_equal(dr_bb_state_reserve(st, rows[i], &err), DRAMA_OK);
+        assert_true(dr_bb_state_bytes(st) <= dr_bb_state_bytes_for(&g->bb, 256, rows[i]));
+        assert_true(dr_bb_state_bytes(st) * 2 > dr_bb_state_bytes_for(&g->bb, 256, rows[i]));
+        dr_bb_state_free(st);
+        dr_tower_cache *tc = NULL;
+        assert_int_equal(dr_tower_cache_create(&g->tower, 256, &tc, &err), DRAMA_OK);
+        assert_int_equal(dr_tower_cache_reserve(tc, rows[i], &err), DRAMA_OK);
+        assert_int_equal(tc->cap, dr_state_capacity_for(256, rows[i]));
+        dr_tower_cache_free(tc);
+    }
+    free(k1.x);
+    free(k2.x);
+    free_suite(&s);
+    drama_model_close(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_equals_solo),
+        cmocka_unit_test(test_prefill_slices),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cache_abA_and_lru),
+        cmocka_unit_test(test_memory_admission),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
