@@ -122,6 +122,12 @@ typedef struct drama_request {
 } drama_request;
 
 void drama_request_default(drama_request *req);
+/* A deep copy of a request (its text, references and their buffers), owned by the copy: for
+ * callers that keep requests beyond the caller's buffers (a queue). `model` gives the codes'
+ * width. Free with drama_request_free. */
+drama_status drama_request_copy(const drama_model *model, const drama_request *src, drama_request **out,
+                                drama_error *err);
+void drama_request_free(drama_request *req);
 
 /* Phases of a request, in order; a phase that did not run has ran = 0. */
 enum {

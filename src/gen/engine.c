@@ -59,6 +59,29 @@ void dr_req_copy_free(dr_req_copy *c) {
     memset(c, 0, sizeof *c);
 }
 
+drama_status drama_request_copy(const drama_model *m, const drama_request *src, drama_request **out,
+                                drama_error *err) {
+    if (!out) return dr_fail(err, DRAMA_EINVAL, "drama_request_copy: out is NULL");
+    *out = NULL;
+    if (!m || !src) return dr_fail(err, DRAMA_EINVAL, "drama_request_copy: model or request is NULL");
+    dr_req_copy *c = malloc(sizeof *c);
+    if (!c) return dr_fail(err, DRAMA_ENOMEM, "out of memory copying the request");
+    drama_status st = dr_req_copy_make(src, m->n_codebooks, c, err);
+    if (st != DRAMA_OK) {
+        free(c);
+        return st;
+    }
+    *out = &c->req; /* the first member: drama_request_free finds the copy from it */
+    return DRAMA_OK;
+}
+
+void drama_request_free(drama_request *req) {
+    if (!req) return;
+    dr_req_copy *c = (dr_req_copy *)req;
+    dr_req_copy_free(c);
+    free(c);
+}
+
 /* ---- options, memory budget ---- */
 
 void drama_engine_options_default(drama_engine_options *o) {

@@ -44,7 +44,7 @@ int64_t dr_pcache_max_bytes(const dr_pcache *c);
 
 /* Request copies: every string and buffer a request points to, owned by the lane. */
 typedef struct dr_req_copy {
-    drama_request req;
+    drama_request req;           /* first: drama_request_free finds the copy from it */
     drama_reference refs[16];
     void *owned[1 + 16 * 4];
     int n_owned;

@@ -1,8 +1,5 @@
 /* scheduler.h - admission and the tick loop of `drama serve` over one drama_engine (API.md 8).
  *
- * STATUS: interface only; scheduler.c refuses every call (dr_sched_create: DRAMA_EUNSUPPORTED)
- * until the implementation lands. The engine under it (include/drama.h) is real.
- *
  * Note for the HTTP layer:
  * - Threads. dr_sched_create starts one scheduler thread. It loads the engine (weights, codec,
  *   manifest check: state LOADING, then READY or FAILED) and then drives it: every tick it expires
@@ -122,9 +119,9 @@ drama_status dr_sched_create(drama_model *model, const dr_sched_options *opt, dr
  * engine. Call after the HTTP layer stopped submitting. */
 void dr_sched_free(dr_sched *s);
 
-dr_sched_state dr_sched_get_state(const dr_sched *s);
+dr_sched_state dr_sched_get_state(dr_sched *s);
 /* FAILED: the load error (copied into *err). */
-void dr_sched_load_error(const dr_sched *s, drama_error *err);
+void dr_sched_load_error(dr_sched *s, drama_error *err);
 
 /* Queues a request. DRAMA_OK: *job is the caller's handle (see the note above). Otherwise the
  * request was refused now (*rej says why: queue_full, loading, draining, invalid, or
