@@ -86,7 +86,8 @@ void drama_session_cancel(drama_session *session);
 /* A reference voice: exactly one of an audio file, audio bytes in memory (any container the
  * file reader accepts: decoded, mono, resampled, encoded by the codec), a CODES.json file, or
  * codes in memory; plus its transcript. Reference i is speaker i. A request copies what it needs
- * when it starts: the caller's buffers may be freed after drama_engine_start returns. */
+ * when it starts: the caller's buffers may be freed after drama_engine_start returns.
+ * Zero-initialize it (= {0} or memset) and set the fields you use: fields may be added. */
 typedef struct drama_reference {
     const char *audio_path;  /* WAV/FLAC/... file, or NULL */
     const char *codes_path;  /* CODES.json instead of audio, or NULL */
@@ -276,8 +277,10 @@ typedef uint64_t drama_lane; /* one request in an engine; 0 is never a valid han
 typedef struct drama_engine_options {
     int lanes;               /* requests stepped together, 1..256 (default 1) */
     int prefill_slice_rows;  /* prompt rows prefilled per tick (all newcomers together) while other
-                                lanes generate; 0 = whole prompts; default 32. With no lane
-                                generating, a prompt is prefilled whole (nothing waits). */
+                                lanes generate: > 0 that many, 0 whole prompts, -1 (default) auto:
+                                as many as take about one frame step (measured). With no lane
+                                generating, a prompt is prefilled whole (nothing waits). Slicing
+                                never changes a result. */
     int64_t prompt_cache_bytes;  /* voice prefix snapshots; 0 = no cache (default) */
     int64_t memory_budget_bytes; /* reservations + prompt cache; 0 = default: 3/4 of physical memory
                                     (or the cgroup limit) minus what the process holds resident once

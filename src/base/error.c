@@ -8,24 +8,27 @@
 #include "drama_git_commit.h" /* generated at every build by scripts/git-commit.cmake */
 #endif
 
-drama_status dr_fail(drama_error *err, drama_status code, const char *fmt, ...) {
+static drama_status vfail(drama_error *err, drama_status code, const char *reason, const char *fmt, va_list ap) {
     if (!err || err->code != DRAMA_OK) return code;
     err->code = code;
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    snprintf(err->reason, sizeof err->reason, "%s", reason ? reason : "");
+    return code;
+}
+
+drama_status dr_fail(drama_error *err, drama_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    vfail(err, code, NULL, fmt, ap);
     va_end(ap);
     return code;
 }
 
 drama_status dr_fail_reason(drama_error *err, drama_status code, const char *reason, const char *fmt, ...) {
-    if (!err || err->code != DRAMA_OK) return code;
-    err->code = code;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    vfail(err, code, reason, fmt, ap);
     va_end(ap);
-    snprintf(err->reason, sizeof err->reason, "%s", reason ? reason : "");
     return code;
 }
 

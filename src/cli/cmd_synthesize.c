@@ -526,6 +526,7 @@ int cmd_synthesize(int argc, char **argv) {
     install_signals();
 
     drama_reference refs[MAX_REFS];
+    memset(refs, 0, sizeof refs); /* fields not set here (in-memory audio, codes) stay unset */
     for (int i = 0; i < a.n_refs; i++) {
         refs[i].audio_path = a.ref_audio[i];
         refs[i].codes_path = a.ref_codes[i];

@@ -87,7 +87,7 @@ void drama_request_free(drama_request *req) {
 void drama_engine_options_default(drama_engine_options *o) {
     memset(o, 0, sizeof *o);
     o->lanes = 1;
-    o->prefill_slice_rows = 32;
+    o->prefill_slice_rows = -1; /* auto */
 }
 
 /* Physical memory, or the cgroup's limit when lower (containers). */
@@ -118,8 +118,9 @@ static drama_status engine_alloc(drama_model *m, const drama_engine_options *o, 
     *out = NULL;
     if (o->lanes < 1 || o->lanes > MAX_LANES)
         return dr_fail(err, DRAMA_EINVAL, "lanes: %d is outside 1..%d", o->lanes, MAX_LANES);
-    if (o->prefill_slice_rows < 0)
-        return dr_fail(err, DRAMA_EINVAL, "prefill_slice_rows: %d must not be negative", o->prefill_slice_rows);
+    if (o->prefill_slice_rows < -1)
+        return dr_fail(err, DRAMA_EINVAL, "prefill_slice_rows: %d must be -1 (auto), 0 (whole) or positive",
+                       o->prefill_slice_rows);
     if (o->prompt_cache_bytes < 0)
         return dr_fail(err, DRAMA_EINVAL, "prompt_cache_bytes: %lld must not be negative", (long long)o->prompt_cache_bytes);
     drama_engine *e = calloc(1, sizeof *e);
@@ -333,6 +334,19 @@ void drama_engine_get_stats(const drama_engine *e, drama_engine_stats *s) {
 
 static int running(const dr_lane *l) { return l->phase != DR_LANE_FREE && l->phase != DR_LANE_DONE; }
 
+/* Running means of the step times (they choose slice sizes only, never a result). */
+static void observe(double *mean, double x) { *mean = *mean > 0 ? 0.8 * *mean + 0.2 * x : x; }
+
+/* Prefill rows per tick while lanes generate: fixed, or (auto) as many as take about one frame
+ * step, from the measured times of both (8 until they are known). */
+static int64_t slice_budget(const drama_engine *e) {
+    if (e->o.prefill_slice_rows > 0) return e->o.prefill_slice_rows;
+    if (e->o.prefill_slice_rows == 0) return 0;
+    if (e->frame_step_s <= 0 || e->prefill_row_s <= 0) return 8;
+    double rows = e->frame_step_s / e->prefill_row_s;
+    return rows < 1 ? 1 : rows > 4096 ? 4096 : (int64_t)rows;
+}
+
 drama_status dr_engine_tick(drama_engine *e, drama_error *err) {
     (void)err;
     int n = e->n_lanes, busy = 0, generating = 0;
@@ -363,19 +377,19 @@ drama_status dr_engine_tick(drama_engine *e, drama_error *err) {
     for (int i = 0; i < k; i++)
         if (order[i]->phase == DR_LANE_PREPARE) dr_lane_prepare(e, order[i]);
     /* prefill: a bounded number of rows per tick while others generate, else whole prompts */
-    int64_t budget = generating && e->o.prefill_slice_rows > 0 ? e->o.prefill_slice_rows : 0;
+    int64_t budget = generating ? slice_budget(e) : 0, rows = 0;
+    double t0 = dr_clock_s();
     for (int i = 0; i < k; i++) {
         dr_lane *l = order[i];
         while (l->phase == DR_LANE_PREFILL) {
             int64_t used = 0;
-            if (dr_lane_prefill(e, l, budget, &used) != DRAMA_OK) break;
-            if (budget > 0) {
-                budget -= used;
-                if (budget <= 0) break;
-            }
+            if (dr_lane_prefill(e, l, budget > 0 ? budget - rows : 0, &used) != DRAMA_OK) break;
+            rows += used;
+            if (budget > 0 && rows >= budget) break;
         }
-        if (generating && e->o.prefill_slice_rows > 0 && budget <= 0) break;
+        if (budget > 0 && rows >= budget) break;
     }
+    if (rows > 0) observe(&e->prefill_row_s, (dr_clock_s() - t0) / (double)rows);
     /* one frame for every generating lane, in one batched step */
     int g = 0;
     for (int i = 0; i < n; i++)
@@ -387,7 +401,9 @@ drama_status dr_engine_tick(drama_engine *e, drama_error *err) {
     if (g > 0) {
         int nc = e->m->n_codebooks;
         memset(e->err_buf, 0, (size_t)g * sizeof *e->err_buf);
+        double t1 = dr_clock_s();
         dr_gen_next_many(e->sess_buf, g, e->frames_buf, e->fin_buf, e->st_buf, e->err_buf);
+        observe(&e->frame_step_s, dr_clock_s() - t1);
         for (int i = 0; i < g; i++)
             dr_lane_frame(e, order[i], e->frames_buf + (int64_t)i * nc, e->fin_buf[i], e->st_buf[i], &e->err_buf[i]);
     }

@@ -99,6 +99,8 @@ struct drama_engine {
     int64_t reserved;            /* sum of running lanes' reservations */
     int64_t budget;              /* < 0: no limit */
     dr_pcache *cache;            /* NULL without a prompt cache */
+    double frame_step_s;         /* running means: one batched frame step, one prefill row */
+    double prefill_row_s;
     drama_engine_stats st;
     int32_t *frames_buf;         /* [n_lanes][nc] */
     dr_gen_finish *fin_buf;

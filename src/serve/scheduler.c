@@ -187,7 +187,6 @@ static void update_stats(dr_sched *s, double now) {
     drama_engine_get_stats(s->engine, &es);
     pthread_mutex_lock(&s->lock);
     s->st.lanes_total = es.lanes_total;
-    s->st.lanes_active = es.lanes_busy;
     s->st.frames_generated = es.frames_generated;
     s->st.prompt_cache_bytes = es.prompt_cache_bytes;
     s->st.prompt_cache_entries = es.prompt_cache_entries;
@@ -601,5 +600,6 @@ void dr_sched_stats_get(dr_sched *s, dr_sched_stats *out) {
     *out = s->st;
     out->state = s->state;
     out->queue_depth = s->queued;
+    out->lanes_active = s->running; /* exact now; the engine's figures follow at the end of the tick */
     pthread_mutex_unlock(&s->lock);
 }

@@ -244,3 +244,23 @@ const char *tu_model_dir(const char *rel) {
     closedir(d);
     return out;
 }
+
+int tu_pcm_collect(void *user, const float *samples, size_t n) {
+    tu_pcm *k = user;
+    if (k->n + n > k->cap) {
+        size_t cap = (k->n + n) * 2;
+        float *x = realloc(k->x, cap * sizeof *x);
+        if (!x) fail_msg("tu_pcm_collect: out of memory for %zu samples", cap);
+        k->x = x;
+        k->cap = cap;
+    }
+    if (n) memcpy(k->x + k->n, samples, n * sizeof *samples);
+    k->n += n;
+    k->calls++;
+    return k->cancel_after > 0 && k->calls >= k->cancel_after;
+}
+
+void tu_pcm_free(tu_pcm *p) {
+    free(p->x);
+    memset(p, 0, sizeof *p);
+}

@@ -49,4 +49,15 @@ char *tu_read_file(const char *path, size_t *n);
 float *tu_forward_logits(const char *bin, const char *dir, const char *model, const char *rows, const char *tag,
                          int64_t *n);
 
+/* Audio collected from an audio callback (drama_audio_fn): tu_pcm_collect appends the samples
+ * (user = a zeroed tu_pcm) and returns nonzero on call number cancel_after when that is > 0. */
+typedef struct tu_pcm {
+    float *x;
+    size_t n, cap;
+    int calls;
+    int cancel_after;
+} tu_pcm;
+int tu_pcm_collect(void *user, const float *samples, size_t n);
+void tu_pcm_free(tu_pcm *p);
+
 #endif

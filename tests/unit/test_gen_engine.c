@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,24 +22,8 @@
 #include "model/state_bytes.h"
 #include "testutil.h"
 
-typedef struct sink {
-    float *x;
-    size_t n, cap;
-    int calls;
-    int cancel_after; /* > 0: nonzero on that call */
-} sink;
-
-static int collect(void *user, const float *s, size_t n) {
-    sink *k = user;
-    if (k->n + n > k->cap) {
-        k->cap = (k->n + n) * 2;
-        k->x = realloc(k->x, k->cap * sizeof *k->x);
-    }
-    memcpy(k->x + k->n, s, n * sizeof *s);
-    k->n += n;
-    k->calls++;
-    return k->cancel_after > 0 && k->calls >= k->cancel_after;
-}
+typedef tu_pcm sink;
+#define collect tu_pcm_collect
 
 static drama_model *open_tiny(void) {
     drama_model_options mo;
@@ -511,6 +496,125 @@ static void test_memory_admission(void **state) {
     drama_model_close(m);
 }
 
+/* A mono PCM16 WAV image of a 220 Hz tone (n samples at rate). */
+static unsigned char *make_wav(int rate, int n, size_t *size) {
+    *size = 44 + (size_t)n * 2;
+    unsigned char *b = calloc(1, *size);
+    uint32_t v;
+    memcpy(b, "RIFF", 4);
+    v = (uint32_t)(*size - 8);
+    memcpy(b + 4, &v, 4);
+    memcpy(b + 8, "WAVEfmt ", 8);
+    v = 16;
+    memcpy(b + 16, &v, 4);
+    uint16_t h = 1;
+    memcpy(b + 20, &h, 2);
+    memcpy(b + 22, &h, 2);
+    v = (uint32_t)rate;
+    memcpy(b + 24, &v, 4);
+    v = (uint32_t)rate * 2;
+    memcpy(b + 28, &v, 4);
+    h = 2;
+    memcpy(b + 32, &h, 2);
+    h = 16;
+    memcpy(b + 34, &h, 2);
+    memcpy(b + 36, "data", 4);
+    v = (uint32_t)n * 2;
+    memcpy(b + 40, &v, 4);
+    for (int i = 0; i < n; i++) {
+        int16_t x = (int16_t)lrint(8000.0 * sin(2 * M_PI * 220.0 * i / rate));
+        memcpy(b + 44 + 2 * i, &x, 2);
+    }
+    return b;
+}
+
+typedef struct enc_job {
+    drama_model *m;
+    const unsigned char *wav;
+    size_t size;
+    int32_t *codes;
+    int64_t frames;
+    drama_status st;
+} enc_job;
+
+static void *encode_thread(void *arg) {
+    enc_job *j = arg;
+    double dur = 0;
+    drama_error e = {0};
+    j->st = drama_encode_audio(j->m, j->wav, j->size, 0, &j->codes, &j->frames, &dur, &e);
+    return NULL;
+}
+
+/* drama_encode_audio on several threads at once, beside a running engine, gives the codes the
+ * engine derives from the same bytes as a reference: audio bytes and those codes give the same
+ * request output. */
+static void test_encode_audio_threads(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    size_t size;
+    unsigned char *wav = make_wav(22050, 22050 / 2, &size); /* 0.5 s, resampled to the codec rate */
+    int32_t *codes = NULL;
+    int64_t frames = 0;
+    double dur = 0;
+    drama_error e = {0};
+    assert_int_equal(drama_encode_audio(m, wav, size, 0, &codes, &frames, &dur, &e), DRAMA_OK);
+    assert_true(fabs(dur - 0.5) < 1e-3);
+    int spf = drama_model_samples_per_frame(m), rate = drama_model_sample_rate(m);
+    assert_int_equal(frames, (rate / 2 + spf - 1) / spf);
+    /* an engine generating while three threads encode */
+    drama_engine *eng = make_engine(m, 1, 0, 0);
+    drama_request bg;
+    drama_request_default(&bg);
+    bg.text = "Background work.";
+    bg.frames = 30;
+    bg.seed_set = 1;
+    sink kb = {0};
+    drama_lane hb = 0;
+    assert_int_equal(drama_engine_start(eng, &bg, collect, NULL, &kb, &hb, &e), DRAMA_OK);
+    enc_job jobs[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (enc_job){.m = m, .wav = wav, .size = size};
+        pthread_create(&th[i], NULL, encode_thread, &jobs[i]);
+    }
+    drama_lane hs[1] = {hb};
+    run_until_done(eng, hs, 1);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].st, DRAMA_OK);
+        assert_int_equal(jobs[i].frames, frames);
+        assert_memory_equal(jobs[i].codes, codes, (size_t)frames * drama_model_codebooks(m) * sizeof(int32_t));
+        drama_codes_free(jobs[i].codes);
+    }
+    drama_lane_release(eng, hb);
+    drama_engine_free(eng);
+    free(kb.x);
+    /* the same voice as audio bytes and as codes */
+    drama_reference ra = {.transcript = "A tone.", .audio_data = wav, .audio_bytes = size};
+    drama_reference rc = {.transcript = "A tone.", .codes = codes, .n_code_frames = frames};
+    drama_request r;
+    drama_request_default(&r);
+    r.text = "Speak with the tone.";
+    r.frames = 5;
+    r.seed = 8;
+    r.seed_set = 1;
+    r.references = &ra;
+    r.n_references = 1;
+    outcome oa, oc;
+    solo(m, &r, &oa);
+    r.references = &rc;
+    solo(m, &r, &oc);
+    assert_int_equal(oa.st, DRAMA_OK);
+    same(&oa, &oc, "audio bytes vs drama_encode_audio codes");
+    printf("drama_encode_audio: %lld frames, 3 threads beside an engine agree; bytes == codes as a reference\n",
+           (long long)frames);
+    outcome_free(&oa);
+    outcome_free(&oc);
+    drama_codes_free(codes);
+    free(wav);
+    drama_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_solo),
@@ -518,6 +622,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cache_abA_and_lru),
         cmocka_unit_test(test_memory_admission),
+        cmocka_unit_test(test_encode_audio_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,8 +25,7 @@
 static int g_nc; /* codes per frame of the model */
 
 typedef struct job_sink {
-    float *x;
-    size_t n, cap;
+    tu_pcm pcm;                /* first: solo runs collect into it directly */
     int chunks;
     atomic_int gone;           /* is_gone answers this */
     int gone_after_chunks;     /* > 0: is_gone turns 1 after that many chunks */
@@ -44,12 +43,7 @@ typedef struct job_sink {
 
 static int on_audio(void *user, const float *s, size_t n) {
     job_sink *k = user;
-    if (k->n + n > k->cap) {
-        k->cap = (k->n + n) * 2;
-        k->x = realloc(k->x, k->cap * sizeof *k->x);
-    }
-    memcpy(k->x + k->n, s, n * sizeof *s);
-    k->n += n;
+    tu_pcm_collect(&k->pcm, s, n);
     k->chunks++;
     if (k->gone_after_chunks > 0 && k->chunks >= k->gone_after_chunks) atomic_store(&k->gone, 1);
     return 0;
@@ -84,7 +78,7 @@ static dr_sched_sink sink_of(job_sink *k) {
 }
 
 static void sink_free(job_sink *k) {
-    free(k->x);
+    tu_pcm_free(&k->pcm);
     free(k->codes);
     memset(k, 0, sizeof *k);
 }
@@ -145,8 +139,8 @@ static void same(const job_sink *want, const job_sink *got, const char *what) {
     assert_int_equal(want->frames, got->frames);
     if (want->status == DRAMA_OK) {
         assert_memory_equal(want->codes, got->codes, (size_t)want->frames * g_nc * sizeof(int32_t));
-        if (want->n != got->n) fail_msg("%s: %zu vs %zu samples", what, want->n, got->n);
-        assert_memory_equal(want->x, got->x, want->n * sizeof(float));
+        if (want->pcm.n != got->pcm.n) fail_msg("%s: %zu vs %zu samples", what, want->pcm.n, got->pcm.n);
+        assert_memory_equal(want->pcm.x, got->pcm.x, want->pcm.n * sizeof(float));
     }
 }
 
