@@ -140,6 +140,61 @@ int main(int argc, char **argv) {
            1e3 * cac_min);
     printf("cached / uncached = %.3f\n\n", cac / unc);
 
+    /* ---- stall of a generating lane while a newcomer prefills ---- */
+    printf("stall: one lane generating while a newcomer with a voice of %d frames prefills\n", 3 * ref_frames);
+    printf("| prefill slices | ticks while prefilling | max tick ms | median tick ms alone |\n|---|---|---|---|\n");
+    const int slices[3] = {-1, 32, 0};
+    for (int si = 0; si < 3; si++) {
+        drama_engine_options so;
+        drama_engine_options_default(&so);
+        so.lanes = 2;
+        so.prefill_slice_rows = slices[si];
+        so.memory_budget_bytes = -1;
+        if (drama_engine_create(&e, m, &so, &err) != DRAMA_OK) return 1;
+        drama_request bgq;
+        drama_request_default(&bgq);
+        bgq.text = "Background lane.";
+        bgq.frames = 400;
+        bgq.seed_set = 1;
+        drama_lane hb = 0, hn = 0;
+        if (drama_engine_start(e, &bgq, discard, NULL, NULL, &hb, &err) != DRAMA_OK) return 1;
+        double alone[64];
+        for (int t = 0; t < 64; t++) { /* ticks with only the background lane */
+            double t0 = now_s();
+            drama_engine_step(e, &err);
+            alone[t] = now_s() - t0;
+        }
+        for (int a = 1; a < 64; a++)
+            for (int b = a; b > 0 && alone[b - 1] > alone[b]; b--) {
+                double x = alone[b];
+                alone[b] = alone[b - 1];
+                alone[b - 1] = x;
+            }
+        int32_t *codes = voice_codes(nc, 3 * ref_frames, 99);
+        drama_reference ref = {.transcript = "A long voice.", .codes = codes, .n_code_frames = 3 * ref_frames};
+        drama_request nq = r;
+        nq.references = &ref;
+        nq.n_references = 1;
+        if (drama_engine_start(e, &nq, discard, NULL, NULL, &hn, &err) != DRAMA_OK) return 1;
+        double worst = 0;
+        int ticks = 0;
+        for (;;) {
+            drama_engine_stats es;
+            drama_engine_get_stats(e, &es);
+            if (es.lanes_prefilling == 0) break;
+            double t0 = now_s();
+            drama_engine_step(e, &err);
+            double dt = now_s() - t0;
+            if (dt > worst) worst = dt;
+            ticks++;
+        }
+        printf("| %s | %d | %.2f | %.2f |\n", slices[si] < 0 ? "auto" : slices[si] ? "32 rows" : "whole", ticks,
+               1e3 * worst, 1e3 * alone[32]);
+        free(codes);
+        drama_engine_free(e);
+    }
+    printf("\n");
+
     /* ---- aggregate frames per second ---- */
     printf("aggregate throughput (%d frames per request, no voice, all requests started together)\n", frames);
     printf("| lanes | requests | wall s | frames/s | ideal (lanes x 1-lane) | ratio |\n|---|---|---|---|---|---|\n");

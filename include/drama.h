@@ -120,6 +120,8 @@ typedef struct drama_request {
     int stream_first_frames; /* frames of the first chunk; 0 = stream_chunk_frames when that is
                                 set, else 4. API.md 3.3: normal = 10 then 25, balanced = 4 then 16.
                                 Whole mode decodes on the same schedule (the samples are equal). */
+    int chunk_bytes;         /* > 0: at most this many UTF-8 bytes per text batch as well
+                                (/v1/tts chunk_length, TEXT.md 4.4); 0 = no byte budget */
 } drama_request;
 
 void drama_request_default(drama_request *req);

@@ -73,6 +73,7 @@ drama_status dr_request_validate(const drama_request *req, drama_error *err) {
         return dr_fail(err, DRAMA_EINVAL, "stream_first_frames: %d must not be negative", req->stream_first_frames);
     if (req->context < 0) return dr_fail(err, DRAMA_EINVAL, "context: %d must not be negative", req->context);
     if (req->chunk_tokens < 0) return dr_fail(err, DRAMA_EINVAL, "chunk_tokens: %d must not be negative", req->chunk_tokens);
+    if (req->chunk_bytes < 0) return dr_fail(err, DRAMA_EINVAL, "chunk_bytes: %d must not be negative", req->chunk_bytes);
     if (req->n_references < 0 || req->n_references > 16)
         return dr_fail(err, DRAMA_EINVAL, "references: %d given, at most 16", req->n_references);
     if (req->n_references > 0 && !req->references) return dr_fail(err, DRAMA_EINVAL, "references: NULL array");

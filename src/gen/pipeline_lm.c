@@ -71,6 +71,7 @@ drama_status dr_pl_text_batches(drama_model *m, const drama_request *req, dr_pl_
     dr_chunk_options co;
     dr_chunk_options_default(&co);
     if (req->chunk_tokens > 0) co.max_tokens = req->chunk_tokens;
+    if (req->chunk_bytes > 0) co.max_bytes = req->chunk_bytes;
     co.default_speaker_tag = m->cfg->sw.prompt_default_speaker_tag;
     dr_chunks ch;
     memset(&ch, 0, sizeof ch);

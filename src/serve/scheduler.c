@@ -55,6 +55,7 @@ struct dr_sched {
     double fps_t[FPS_SAMPLES];
     int64_t fps_frames[FPS_SAMPLES];
     int fps_n, fps_at;
+    int64_t fps_latest;           /* frames at the last tick */
 };
 
 static const char *const reject_names[DR_REJECT_COUNT] = {"queue_full", "loading", "draining", "queue_timeout",
@@ -195,6 +196,7 @@ static void update_stats(dr_sched *s, double now) {
     s->st.memory_reserved_bytes = es.reserved_bytes + es.prompt_cache_bytes;
     s->st.memory_budget_bytes = es.memory_budget_bytes;
     /* frames per second over the last few seconds: a sample every quarter second */
+    s->fps_latest = es.frames_generated;
     int last = (s->fps_at + FPS_SAMPLES - 1) % FPS_SAMPLES;
     if (s->fps_n == 0 || now - s->fps_t[last] >= 0.25) {
         s->fps_t[s->fps_at] = now;
@@ -202,16 +204,6 @@ static void update_stats(dr_sched *s, double now) {
         s->fps_at = (s->fps_at + 1) % FPS_SAMPLES;
         if (s->fps_n < FPS_SAMPLES) s->fps_n++;
     }
-    int oldest = (s->fps_at + FPS_SAMPLES - s->fps_n) % FPS_SAMPLES;
-    for (int k = 0; k < s->fps_n; k++) { /* the oldest sample within 5 s */
-        int i = (oldest + k) % FPS_SAMPLES;
-        if (now - s->fps_t[i] <= 5.0) {
-            oldest = i;
-            break;
-        }
-    }
-    double dt = now - s->fps_t[oldest];
-    s->st.frames_per_second = dt > 0 ? (double)(es.frames_generated - s->fps_frames[oldest]) / dt : 0;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -593,10 +585,27 @@ int dr_sched_drain(dr_sched *s, double timeout_s) {
     return cancelled;
 }
 
+/* Frames per second over the last 5 s, from the samples the ticks left (0 once idle that long). */
+static double frames_per_second(const dr_sched *s, double now) {
+    int oldest = -1;
+    for (int k = s->fps_n; k >= 1; k--) {
+        int i = (s->fps_at + FPS_SAMPLES - k) % FPS_SAMPLES;
+        if (now - s->fps_t[i] <= 5.0) {
+            oldest = i;
+            break;
+        }
+    }
+    if (oldest < 0) return 0;
+    double dt = now - s->fps_t[oldest];
+    return dt > 0.05 ? (double)(s->fps_latest - s->fps_frames[oldest]) / dt : 0;
+}
+
 void dr_sched_stats_get(dr_sched *s, dr_sched_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
+    double now = dr_clock_s();
     pthread_mutex_lock(&s->lock);
+    s->st.frames_per_second = frames_per_second(s, now);
     *out = s->st;
     out->state = s->state;
     out->queue_depth = s->queued;

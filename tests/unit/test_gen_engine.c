@@ -302,6 +302,107 @@ static void test_prefill_slices(void **state) {
     drama_model_close(m);
 }
 
+/* The state itself, bit for bit: prefilled in slices of 1 and 7 rows, and continued from a snapshot
+ * of the voice prefix (the prompt cache's path), vs in one call (unguided and guided): the pending hidden after the prefill, then for 4 frames the semantic logits (backbone
+ * K/V and DeltaNet state, both guidance states), the tower's head logits (its caches over every
+ * teacher-forced row) and the next hidden. Codes alone could hide a small difference. */
+typedef struct trace {
+    float *v;
+    size_t n, cap;
+} trace;
+
+static void trace_add(trace *t, const float *x, size_t n) {
+    if (t->n + n > t->cap) {
+        t->cap = (t->n + n) * 2;
+        t->v = realloc(t->v, t->cap * sizeof *t->v);
+    }
+    memcpy(t->v + t->n, x, n * sizeof *x);
+    t->n += n;
+}
+
+static void prefill_trace(drama_model *m, const drama_request *r, int64_t slice, trace *t) {
+    drama_error e = {0};
+    dr_pl_text text;
+    dr_pl_refs refs;
+    assert_int_equal(dr_pl_text_prepare(m, r, &text, &e), DRAMA_OK);
+    assert_int_equal(dr_pl_refs_encode(m, r->references, r->n_references, &refs, &e), DRAMA_OK);
+    dr_pl_gen_params gp = {.temperature = r->temperature, .top_p = r->top_p, .cfg_gamma = r->cfg_gamma, .seed = r->seed,
+                           .frame_cap = r->max_frames, .has_reference = r->n_references > 0};
+    dr_pl_gen *g = NULL;
+    assert_int_equal(dr_pl_gen_create(m, &gp, &g, &e), DRAMA_OK);
+    int64_t rows = 0, used = 0;
+    assert_int_equal(dr_pl_gen_prompt(g, m, &text, 0, &refs, 8192, 4, &rows, &e), DRAMA_OK);
+    int calls = 0, from_snapshot = slice < 0;
+    if (slice < 0) { /* through a snapshot: the voice prefix in a first session, cloned into this one */
+        int64_t pc, pu;
+        dr_pl_gen_prefix(g, &pc, &pu);
+        assert_true(pc > 0);
+        dr_pl_gen *first = NULL;
+        int64_t r2;
+        assert_int_equal(dr_pl_gen_create(m, &gp, &first, &e), DRAMA_OK);
+        assert_int_equal(dr_pl_gen_prompt(first, m, &text, 0, &refs, 8192, 4, &r2, &e), DRAMA_OK);
+        assert_int_equal(dr_pl_gen_prefill(first, 0, pc, pu, &used, &e), DRAMA_OK);
+        assert_int_equal(dr_pl_gen_fed(first, 0), pc);
+        assert_int_equal(dr_pl_gen_restore(g, dr_pl_gen_session(first), pc, pu, &e), DRAMA_OK);
+        dr_pl_gen_free(first);
+        slice = 0;
+    }
+    while (dr_pl_gen_pending(g) > 0) {
+        if (dr_pl_gen_prefill(g, slice, 0, 0, &used, &e) != DRAMA_OK) fail_msg("prefill: %s", e.message);
+        calls++;
+    }
+    dr_gen_session *s = dr_pl_gen_session(g);
+    const dr_gen_lm *lm = dr_pl_lm_model(m);
+    int64_t H = lm->bb.d.H, ncand = lm->model.bb.n_candidates, hv = lm->tower.d.head_vocab;
+    int NC = dr_gen_num_codebooks(s);
+    trace_add(t, dr_gen_pending_hidden(s), (size_t)H);
+    dr_pl_gen_begin_frames(g, 4);
+    int32_t frame[64];
+    for (int f = 0; f < 4; f++) {
+        dr_gen_finish fin;
+        assert_int_equal(dr_gen_next(s, frame, &fin, &e), DRAMA_OK);
+        assert_int_equal(fin, DR_FINISH_NONE);
+        trace_add(t, dr_gen_last_logits(s), (size_t)ncand);
+        trace_add(t, dr_gen_last_head_logits(s), (size_t)(NC - 1) * hv);
+        trace_add(t, dr_gen_pending_hidden(s), (size_t)H);
+    }
+    printf("  %s %lld: %d prefill calls over %lld rows, %zu values traced\n", from_snapshot ? "snapshot + rest, slice" : "slice",
+           (long long)slice, calls, (long long)rows, t->n);
+    dr_pl_gen_free(g);
+    dr_pl_refs_free(&refs);
+    dr_pl_text_free(&text);
+}
+
+static void test_prefill_state_bitwise(void **state) {
+    (void)state;
+    drama_model *m = open_tiny();
+    suite s;
+    make_suite(m, &s);
+    drama_error e = {0};
+    assert_int_equal(dr_pl_lm_acquire(m, &e), DRAMA_OK);
+    const int pick[2] = {3, 2}; /* two voices unguided; one voice guided */
+    for (int p = 0; p < 2; p++) {
+        printf("%s:\n", s.name[pick[p]]);
+        trace whole = {0}, t1 = {0}, t7 = {0}, snap = {0};
+        prefill_trace(m, &s.r[pick[p]], 0, &whole);
+        prefill_trace(m, &s.r[pick[p]], 1, &t1);
+        prefill_trace(m, &s.r[pick[p]], 7, &t7);
+        prefill_trace(m, &s.r[pick[p]], -1, &snap);
+        assert_int_equal(whole.n, t1.n);
+        assert_int_equal(whole.n, t7.n);
+        assert_int_equal(whole.n, snap.n);
+        assert_memory_equal(whole.v, t1.v, whole.n * sizeof(float));
+        assert_memory_equal(whole.v, t7.v, whole.n * sizeof(float));
+        assert_memory_equal(whole.v, snap.v, whole.n * sizeof(float));
+        free(whole.v);
+        free(t1.v);
+        free(t7.v);
+        free(snap.v);
+    }
+    free_suite(&s);
+    drama_model_close(m);
+}
+
 static void expect_idle(drama_engine *e) {
     drama_engine_stats es;
     drama_engine_get_stats(e, &es);
@@ -619,6 +720,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefill_slices),
+        cmocka_unit_test(test_prefill_state_bitwise),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cache_abA_and_lru),
         cmocka_unit_test(test_memory_admission),

@@ -105,6 +105,18 @@ static void test_plan_and_start_bad(void **state) {
     r.text = "Hello.";
     drama_plan p;
     drama_error e = {0};
+    /* chunk_bytes bounds the batches in bytes too (/v1/tts chunk_length) */
+    drama_request lt = r;
+    lt.text = "One sentence here. Another sentence there. And a third one to finish.";
+    assert_int_equal(drama_request_plan(g_m, &lt, &p, &e), DRAMA_OK);
+    int whole = p.n_batches;
+    lt.chunk_bytes = 20;
+    assert_int_equal(drama_request_plan(g_m, &lt, &p, &e), DRAMA_OK);
+    assert_true(p.n_batches >= 3 && p.n_batches > whole);
+    lt.chunk_bytes = -1;
+    assert_int_equal(drama_request_plan(g_m, &lt, &p, &e), DRAMA_EINVAL);
+    assert_non_null(strstr(e.message, "chunk_bytes"));
+    memset(&e, 0, sizeof e);
     /* field checks name the field */
     drama_request b = r;
     b.temperature = 3;
