@@ -171,7 +171,10 @@ drama_status drama_engine_create(drama_engine **out, drama_model *m, const drama
     pthread_mutex_lock(&m->run_lock);
     st = dr_pl_lm_acquire(m, err);
     if (st == DRAMA_OK) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_ALL, err);
-    if (st == DRAMA_OK) atomic_fetch_add(&m->engines, 1);
+    if (st == DRAMA_OK) {
+        atomic_fetch_add(&m->engines, 1);
+        e->counted = 1;
+    }
     pthread_mutex_unlock(&m->run_lock);
     if (st != DRAMA_OK) {
         drama_engine_free(e);
@@ -197,7 +200,7 @@ void drama_engine_free(drama_engine *e) {
     if (e->lanes)
         for (int i = 0; i < e->n_lanes; i++) dr_lane_drop(e, &e->lanes[i]);
     dr_pcache_free(e->cache);
-    if (!e->private_ && e->m && e->lanes && e->frames_buf) atomic_fetch_sub(&e->m->engines, 1);
+    if (e->counted) atomic_fetch_sub(&e->m->engines, 1);
     free(e->lanes);
     free(e->frames_buf);
     free(e->fin_buf);

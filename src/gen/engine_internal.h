@@ -93,6 +93,7 @@ struct drama_engine {
     drama_model *m;
     drama_engine_options o;
     int private_;                /* drama_synthesize's own: low-memory phases, never cached */
+    int counted;                 /* counted in the model's engines (weights and codec held) */
     dr_lane *lanes;
     int n_lanes;
     int64_t next_order;

@@ -335,6 +335,7 @@ static drama_status generation_done(drama_engine *e, dr_lane *l, drama_error *er
     phase(l, DRAMA_PHASE_DECODE);
     drama_status st = m->codec ? DRAMA_OK : dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
     if (st == DRAMA_OK) st = dr_codec_stream_create(m->codec, &l->stream, err);
+    if (st == DRAMA_OK) st = ensure_pcm(l, l->n_frames * l->res.samples_per_frame, err); /* the whole audio, once */
     if (st == DRAMA_OK) l->phase = DR_LANE_DECODE;
     return st;
 }
