@@ -341,13 +341,20 @@ static int running(const dr_lane *l) { return l->phase != DR_LANE_FREE && l->pha
 static void observe(double *mean, double x) { *mean = *mean > 0 ? 0.8 * *mean + 0.2 * x : x; }
 
 /* Prefill rows per tick while lanes generate: fixed, or (auto) as many as take about one frame
- * step, from the measured times of both (8 until they are known). */
-static int64_t slice_budget(const drama_engine *e) {
+ * step, from the measured times of both: 1 row until they are known, and at most twice the last
+ * tick's rows (a noisy measurement cannot make one tick much longer than the ones before). */
+static int64_t slice_budget(drama_engine *e) {
     if (e->o.prefill_slice_rows > 0) return e->o.prefill_slice_rows;
     if (e->o.prefill_slice_rows == 0) return 0;
-    if (e->frame_step_s <= 0 || e->prefill_row_s <= 0) return 8;
-    double rows = e->frame_step_s / e->prefill_row_s;
-    return rows < 1 ? 1 : rows > 4096 ? 4096 : (int64_t)rows;
+    int64_t rows = 1;
+    if (e->frame_step_s > 0 && e->prefill_row_s > 0) {
+        double r = e->frame_step_s / e->prefill_row_s;
+        rows = r < 1 ? 1 : r > 4096 ? 4096 : (int64_t)r;
+    }
+    int64_t cap = e->last_slice > 0 ? 2 * e->last_slice : 1;
+    if (rows > cap) rows = cap;
+    e->last_slice = rows;
+    return rows;
 }
 
 drama_status dr_engine_tick(drama_engine *e, drama_error *err) {

@@ -102,6 +102,7 @@ struct drama_engine {
     dr_pcache *cache;            /* NULL without a prompt cache */
     double frame_step_s;         /* running means: one batched frame step, one prefill row */
     double prefill_row_s;
+    int64_t last_slice;          /* rows of the last auto slice */
     drama_engine_stats st;
     int32_t *frames_buf;         /* [n_lanes][nc] */
     dr_gen_finish *fin_buf;
