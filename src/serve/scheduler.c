@@ -207,8 +207,10 @@ static void update_stats(dr_sched *s, double now) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Queued jobs: gone, cancelled, timed out or drained leave the queue with on_done. */
-static void sweep_queue(dr_sched *s, double now) {
+/* Queued jobs: gone, cancelled, drained or (with timeouts) timed out leave the queue with on_done.
+ * Timeouts are judged after an admission attempt, so a job that could start now never times out
+ * and a job blocked by memory says so. */
+static void sweep_queue(dr_sched *s, double now, int timeouts) {
     for (;;) {
         pthread_mutex_lock(&s->lock);
         int n = s->queued;
@@ -225,7 +227,7 @@ static void sweep_queue(dr_sched *s, double now) {
             int gone = j->sink.is_gone && j->sink.is_gone(j->sink.user);
             if (draining) out = j, why = DR_REJECT_DRAINING;
             else if (gone || atomic_load(&j->cancel)) out = j, j->gone = gone;
-            else if (now - j->t_submit > s->o.queue_timeout_s)
+            else if (timeouts && now - j->t_submit > s->o.queue_timeout_s)
                 out = j, why = j->waited_for_memory ? DR_REJECT_INSUFFICIENT_MEMORY : DR_REJECT_QUEUE_TIMEOUT;
         }
         free(list);
@@ -368,8 +370,9 @@ static void *thread_main(void *arg) {
     pthread_cond_broadcast(&s->changed);
     for (;;) {
         double now = dr_clock_s();
-        sweep_queue(s, now);
+        sweep_queue(s, now, 0);
         if (e) admit(s, now);
+        sweep_queue(s, now, 1);
         pthread_mutex_lock(&s->lock);
         int running = s->running, stop = s->stop && s->running == 0 && s->queued == 0;
         if (s->stop)
