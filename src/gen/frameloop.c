@@ -1,41 +1,44 @@
-/* frameloop.c - generation sessions (frameloop.h). */
+/* frameloop.c - generation sessions (frameloop.h): the host side of prefills and frames; the
+ * frame itself is gen/framestep.c. */
 #include "gen/frameloop.h"
 
 #include <math.h>
-#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "gen/frameloop_internal.h"
 
-#define RAS_MAX 64 /* the largest valid ras_window */
+/* ---------------- the model ---------------- */
 
-struct dr_gen_session {
-    const dr_gen_model *m;
-    dr_gen_options o;
-    int nc, ncand, hv;
-    int64_t H;
-    int guided;
-    int has_ref;           /* the first prefill had a reference voice */
-    int prefilled;
-    int invalid;           /* cancelled or failed: reset before reuse */
-    atomic_int cancel;
-    void *cond, *uncond;   /* backbone states */
-    dr_tower_cache *tc;
-    int64_t bb_len;        /* rows in the conditional state */
-    uint64_t draws;        /* semantic draws of this session */
-    int64_t frames;        /* frames of this session, all batches */
-    int64_t batch_frames;  /* frames since the last prefill */
-    dr_gen_finish finish;
-    float *pend_h;         /* [H] hidden of the last row: the tower input of the next frame */
-    float *logits_c, *logits_u, *logits; /* [ncand] */
-    float *head_logits;    /* [nc-1][hv] */
-    int32_t *last_row;     /* [1+nc] the last row of the conditional state */
-    int window[RAS_MAX];   /* semantic codes of the last frames of this batch, oldest first */
-    int window_len;
-    dr_sample_ws ws;
-    dr_gen_score *score;   /* when set, prefills accumulate the tower's teacher-forced NLL */
-};
+drama_status dr_gen_model_init(dr_gen_model *m, dr_backend *be, const dr_backbone *bb, const dr_tower *tower,
+                               dr_pool *pool, drama_error *err) {
+    memset(m, 0, sizeof *m);
+    m->bb.model = bb;
+    m->bb.hidden_dim = bb->d.H;
+    m->bb.n_candidates = (int)dr_backbone_n_logits(bb);
+    m->bb.semantic_start = bb->sem_start;
+    m->tower = tower;
+    m->pool = pool;
+    m->be = be;
+    m->cache = dr_calloc(1, sizeof *m->cache);
+    if (!m->cache) return dr_fail(err, DRAMA_ENOMEM, "generation: out of memory");
+    return DRAMA_OK;
+}
+
+void dr_gen_model_release(dr_gen_model *m) {
+    if (!m || !m->cache) return;
+    dr_gen_cache *c = m->cache;
+    dr_gen_step_free(c->step);
+    dr_bb_ws_free(c->bws);
+    dr_tower_ws_free(c->tws);
+    if (c->hbuf) dr_bk_free(m->be, c->hbuf);
+    dr_free(c);
+    m->cache = NULL;
+}
+
+/* ---------------- sessions ---------------- */
 
 void dr_gen_options_default(dr_gen_options *o) {
     memset(o, 0, sizeof *o);
@@ -45,9 +48,18 @@ void dr_gen_options_default(dr_gen_options *o) {
 }
 
 static void free_states(dr_gen_session *s) {
-    if (s->cond) s->m->bb.state_free(s->m->bb.impl, s->cond);
-    if (s->uncond) s->m->bb.state_free(s->m->bb.impl, s->uncond);
+    dr_bb_state_free(s->cond);
+    dr_bb_state_free(s->uncond);
     s->cond = s->uncond = NULL;
+}
+
+/* The lane's device part at the start of a request: parameters, draw base, empty window. */
+static drama_status write_lane(dr_gen_session *s, drama_error *err) {
+    dr_gen_lane g;
+    memset(&g, 0, sizeof g);
+    g.sp = s->o.sp;
+    g.draw = s->o.draw_base + s->draws;
+    return dr_bk_upload(s->m->be, s->lane, &g, sizeof g, err);
 }
 
 drama_status dr_gen_session_create(const dr_gen_model *m, const dr_gen_options *opt, dr_gen_session **out,
@@ -58,32 +70,53 @@ drama_status dr_gen_session_create(const dr_gen_model *m, const dr_gen_options *
     if (opt->frames < 0) return dr_fail(err, DRAMA_EINVAL, "frames: must be >= 0, got %d", opt->frames);
     if (opt->cfg_mode != DR_CFG_PAIRED && opt->cfg_mode != DR_CFG_SEPARATE)
         return dr_fail(err, DRAMA_EINVAL, "cfg_mode: must be paired or separate");
-    if (!m->tower || m->tower->input_dim != m->bb.hidden_dim)
+    if (!m->tower || !m->bb.model || !m->be || !m->cache)
+        return dr_fail(err, DRAMA_EINVAL, "generation: model not initialised (dr_gen_model_init)");
+    if (m->tower->input_dim != m->bb.hidden_dim)
         return dr_fail(err, DRAMA_EINVAL, "generation: tower input width %d differs from the backbone hidden %lld",
-                       m->tower ? m->tower->input_dim : -1, (long long)m->bb.hidden_dim);
+                       m->tower->input_dim, (long long)m->bb.hidden_dim);
     if (m->bb.n_candidates < 2) return dr_fail(err, DRAMA_EINVAL, "generation: %d logit candidates", m->bb.n_candidates);
+    const dr_tower_dims *td = &m->tower->d;
+    int64_t bstride = m->bb.model->d.code_stride;
+    /* every code a frame step can draw must be a valid row code (the step cannot stop to check) */
+    if (m->bb.n_candidates - 1 > td->code_stride || m->bb.n_candidates - 1 > bstride)
+        return dr_fail(err, DRAMA_EINVAL, "generation: %d semantic codes exceed the code tables (tower %lld, backbone %lld)",
+                       m->bb.n_candidates - 1, (long long)td->code_stride, (long long)bstride);
+    if (td->head_vocab > td->code_stride || td->head_vocab > bstride)
+        return dr_fail(err, DRAMA_EINVAL, "generation: tower head_vocab %d exceeds the code tables (tower %lld, backbone %lld)",
+                       td->head_vocab, (long long)td->code_stride, (long long)bstride);
+    if (td->num_codebooks > DR_MAX_CODEBOOKS)
+        return dr_fail(err, DRAMA_EUNSUPPORTED, "generation: %d codebooks (at most %d)", td->num_codebooks,
+                       DR_MAX_CODEBOOKS);
     dr_gen_session *s = dr_calloc(1, sizeof *s);
     if (!s) return dr_fail(err, DRAMA_ENOMEM, "generation session: out of memory");
     s->m = m;
     s->o = *opt;
-    s->nc = m->tower->d.num_codebooks;
-    s->hv = m->tower->d.head_vocab;
+    s->nc = td->num_codebooks;
+    s->hv = td->head_vocab;
     s->ncand = m->bb.n_candidates;
     s->H = m->bb.hidden_dim;
     atomic_init(&s->cancel, 0);
-    s->pend_h = dr_calloc((size_t)s->H, sizeof(float));
-    s->logits_c = dr_calloc((size_t)s->ncand, sizeof(float));
-    s->logits_u = dr_calloc((size_t)s->ncand, sizeof(float));
-    s->logits = dr_calloc((size_t)s->ncand, sizeof(float));
-    s->head_logits = dr_calloc((size_t)(s->nc - 1) * s->hv, sizeof(float));
-    s->last_row = dr_calloc((size_t)s->nc + 1, sizeof(int32_t));
-    int cap = s->ncand > s->hv ? s->ncand : s->hv;
-    if (!s->pend_h || !s->logits_c || !s->logits_u || !s->logits || !s->head_logits || !s->last_row ||
-        dr_sample_ws_init(&s->ws, cap, err)) {
-        dr_gen_session_free(s);
-        return dr_fail(err, DRAMA_ENOMEM, "generation session: out of memory");
+    size_t nf = 3 * (size_t)s->ncand + (size_t)s->H + (size_t)(s->nc - 1) * s->hv;
+    size_t lane_bytes = (sizeof(dr_gen_lane) + 63) & ~(size_t)63;
+    st = dr_bk_alloc(m->be, lane_bytes + nf * sizeof(float), &s->dev, err);
+    if (!st) {
+        s->lane = s->dev;
+        s->logits_c = (float *)((char *)s->dev + lane_bytes);
+        s->logits_u = s->logits_c + s->ncand;
+        s->logits = s->logits_u + s->ncand;
+        s->pend_h = s->logits + s->ncand;
+        s->head_logits = s->pend_h + s->H;
+        s->last_row = dr_calloc((size_t)s->nc + 1, sizeof(int32_t));
+        s->h_logits = dr_calloc((size_t)s->ncand, sizeof(float));
+        s->h_pend = dr_calloc((size_t)s->H, sizeof(float));
+        s->h_head = dr_calloc((size_t)(s->nc - 1) * s->hv, sizeof(float));
+        if (!s->last_row || !s->h_logits || !s->h_pend || !s->h_head)
+            st = dr_fail(err, DRAMA_ENOMEM, "generation session: out of memory");
     }
-    if ((st = dr_tower_cache_create(m->tower, 256, &s->tc, err))) {
+    if (!st) st = write_lane(s, err);
+    if (!st) st = dr_tower_cache_create_on(m->be, m->tower, 256, &s->tc, err);
+    if (st) {
         dr_gen_session_free(s);
         return st;
     }
@@ -95,18 +128,15 @@ void dr_gen_session_free(dr_gen_session *s) {
     if (!s) return;
     free_states(s);
     dr_tower_cache_free(s->tc);
-    dr_free(s->pend_h);
-    dr_free(s->logits_c);
-    dr_free(s->logits_u);
-    dr_free(s->logits);
-    dr_free(s->head_logits);
+    if (s->dev) dr_bk_free(s->m->be, s->dev);
     dr_free(s->last_row);
-    dr_sample_ws_free(&s->ws);
+    dr_free(s->h_logits);
+    dr_free(s->h_pend);
+    dr_free(s->h_head);
     dr_free(s);
 }
 
 drama_status dr_gen_reset(dr_gen_session *s, drama_error *err) {
-    (void)err;
     free_states(s);
     dr_tower_cache_reset(s->tc);
     s->bb_len = 0;
@@ -117,30 +147,24 @@ drama_status dr_gen_reset(dr_gen_session *s, drama_error *err) {
     s->invalid = 0;
     s->guided = 0;
     s->has_ref = 0;
-    s->window_len = 0;
     atomic_store(&s->cancel, 0);
-    return DRAMA_OK;
+    return write_lane(s, err);
 }
 
 drama_status dr_gen_session_clone(const dr_gen_session *src, dr_gen_session **out, drama_error *err) {
     *out = NULL;
     if (src->invalid) return dr_fail(err, DRAMA_EINVAL, "session clone: the source is invalid (cancelled or failed)");
-    if (src->prefilled && !src->m->bb.state_clone)
-        return dr_fail(err, DRAMA_EUNSUPPORTED, "session clone: the backbone cannot clone states");
     dr_gen_session *s;
     drama_status st = dr_gen_session_create(src->m, &src->o, &s, err);
     if (st) return st;
-    if (src->cond && (st = src->m->bb.state_clone(src->m->bb.impl, src->cond, &s->cond, err))) goto fail;
-    if (src->uncond && (st = src->m->bb.state_clone(src->m->bb.impl, src->uncond, &s->uncond, err))) goto fail;
+    if (src->cond && (st = dr_bb_state_clone(src->cond, &s->cond, err))) goto fail;
+    if (src->uncond && (st = dr_bb_state_clone(src->uncond, &s->uncond, err))) goto fail;
     if ((st = dr_tower_cache_copy(src->tc, s->tc, err))) goto fail;
-    memcpy(s->pend_h, src->pend_h, (size_t)s->H * sizeof(float));
-    memcpy(s->logits_c, src->logits_c, (size_t)s->ncand * sizeof(float));
-    memcpy(s->logits_u, src->logits_u, (size_t)s->ncand * sizeof(float));
-    memcpy(s->logits, src->logits, (size_t)s->ncand * sizeof(float));
-    memcpy(s->head_logits, src->head_logits, (size_t)(s->nc - 1) * s->hv * sizeof(float));
+    /* the device part is plain data: lane counters and window, logits, pending hidden, head logits */
+    size_t lane_bytes = (size_t)((char *)src->logits_c - (char *)src->dev);
+    size_t nf = 3 * (size_t)s->ncand + (size_t)s->H + (size_t)(s->nc - 1) * s->hv;
+    dr_bk_copy(s->m->be, s->dev, src->dev, lane_bytes + nf * sizeof(float));
     memcpy(s->last_row, src->last_row, (size_t)(s->nc + 1) * sizeof(int32_t));
-    memcpy(s->window, src->window, sizeof s->window);
-    s->window_len = src->window_len;
     s->guided = src->guided;
     s->has_ref = src->has_ref;
     s->prefilled = src->prefilled;
@@ -149,6 +173,7 @@ drama_status dr_gen_session_clone(const dr_gen_session *src, dr_gen_session **ou
     s->frames = src->frames;
     s->batch_frames = src->batch_frames;
     s->finish = src->finish;
+    if ((st = dr_bk_sync(s->m->be, err))) goto fail;
     *out = s;
     return DRAMA_OK;
 fail:
@@ -161,6 +186,7 @@ drama_status dr_gen_set_params(dr_gen_session *s, const dr_sampler_params *sp, d
     if (st) return st;
     if (s->prefilled && ((sp->cfg_gamma > 0 && s->has_ref) != s->guided))
         return dr_fail(err, DRAMA_EINVAL, "cfg_gamma: guidance cannot be switched on or off after the prefill");
+    if ((st = dr_bk_upload(s->m->be, (char *)s->lane + offsetof(dr_gen_lane, sp), sp, sizeof *sp, err))) return st;
     s->o.sp = *sp;
     return DRAMA_OK;
 }
@@ -194,19 +220,6 @@ static drama_status check_rows(const dr_gen_session *s, const int32_t *rows, int
     return DRAMA_OK;
 }
 
-/* Backbone calls for a set of states; paired = one call, else one call per state. */
-static drama_status bb_forward(const dr_gen_model *m, void *const *states, int n, const int32_t *const *rows,
-                               const int64_t *n_rows, float *const *hidden, float *const *logits, int one_call,
-                               drama_error *err) {
-    int pre = m->tower->d.input_pre_norm;
-    if (one_call) return m->bb.forward(m->bb.impl, states, n, rows, n_rows, pre, hidden, logits, err);
-    for (int i = 0; i < n; i++) {
-        drama_status st = m->bb.forward(m->bb.impl, states + i, 1, rows + i, n_rows + i, pre, hidden + i, logits + i, err);
-        if (st) return st;
-    }
-    return DRAMA_OK;
-}
-
 /* -log softmax(head j-1 logits)[c_j] of every audio-paired tower row (MODEL.md 11 step 3). */
 static void score_rows(dr_gen_session *s, const float *logits, const int32_t *codes, const uint8_t *mask, int64_t nt) {
     dr_gen_score *sc = s->score;
@@ -227,12 +240,40 @@ static void score_rows(dr_gen_session *s, const float *logits, const int32_t *co
     }
 }
 
+/* The model's prefill workspaces for n rows (grown, never shrunk: one thread drives a model). */
+static drama_status prefill_ws(const dr_gen_model *m, int64_t n, drama_error *err) {
+    dr_gen_cache *c = m->cache;
+    drama_status st = DRAMA_OK;
+    int64_t chunk = n < 256 ? n : 256;
+    if (!c->bws || c->bws->rows < chunk) {
+        dr_bb_ws_free(c->bws);
+        c->bws = NULL;
+        if ((st = dr_bb_ws_create(m->be, m->bb.model, chunk, &c->bws, err))) return st;
+    }
+    if (!c->tws || c->tws->rows < n) {
+        dr_tower_ws_free(c->tws);
+        c->tws = NULL;
+        if ((st = dr_tower_ws_create(m->be, m->tower, n, &c->tws, err))) return st;
+    }
+    if (c->hbuf_rows < n + 1) {
+        if (c->hbuf) dr_bk_free(m->be, c->hbuf);
+        c->hbuf = NULL;
+        c->hbuf_rows = 0;
+        if ((st = dr_bk_alloc_n(m->be, (size_t)(n + 1) * (size_t)m->bb.hidden_dim, sizeof(float), (void **)&c->hbuf, err)))
+            return st;
+        c->hbuf_rows = n + 1;
+    }
+    return DRAMA_OK;
+}
+
 drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_rows, const int32_t *uncond_rows,
                             int64_t n_uncond, drama_error *err) {
     if (s->invalid) return dr_fail(err, DRAMA_EINVAL, "generation session: invalid after a cancel or failure; reset it");
     if (n_rows <= 0) return dr_fail(err, DRAMA_EEMPTY, "prefill: no rows");
     drama_status st = check_rows(s, rows, n_rows, "prefill", err);
     if (st) return st;
+    const dr_gen_model *m = s->m;
+    dr_backend *be = m->be;
     const int W = s->nc + 1;
     int has_ref = s->has_ref, guided = s->guided;
     if (!s->prefilled) {
@@ -259,26 +300,25 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
         free_states(s);
         s->has_ref = has_ref;
         s->guided = guided;
-        if ((st = s->m->bb.state_create(s->m->bb.impl, &s->cond, err))) return st;
-        if (s->guided && (st = s->m->bb.state_create(s->m->bb.impl, &s->uncond, err))) {
+        if ((st = dr_bb_state_create_on(be, m->bb.model, 256, &s->cond, err))) return st;
+        if (s->guided && (st = dr_bb_state_create_on(be, m->bb.model, 256, &s->uncond, err))) {
             free_states(s);
             return st;
         }
     }
-    float *hidden = dr_alloc((size_t)n_rows * s->H * sizeof(float));
-    float *th = dr_alloc((size_t)(n_rows + 1) * s->H * sizeof(float));
     int32_t *tcodes = dr_alloc((size_t)(n_rows + 1) * s->nc * sizeof(int32_t));
     uint8_t *tmask = dr_alloc((size_t)n_rows + 1);
-    if (!hidden || !th || !tcodes || !tmask) {
-        st = dr_fail(err, DRAMA_ENOMEM, "prefill: out of memory for %lld rows", (long long)n_rows);
+    if (!tcodes || !tmask || (st = prefill_ws(m, n_rows, err))) {
+        if (!st) st = dr_fail(err, DRAMA_ENOMEM, "prefill: out of memory for %lld rows", (long long)n_rows);
         goto done;
     }
-    void *states[2] = {s->cond, s->uncond};
-    const int32_t *rs[2] = {rows, uncond_rows};
-    int64_t ns[2] = {n_rows, n_uncond};
-    float *hs[2] = {hidden, NULL};
-    float *ls[2] = {s->logits_c, s->logits_u};
-    st = bb_forward(s->m, states, s->guided ? 2 : 1, rs, ns, hs, ls, s->o.cfg_mode == DR_CFG_PAIRED, err);
+    /* hidden rows go to hbuf + H, so the tower rows [pend_h, hidden 0..n-2] are contiguous */
+    float *hidden = m->cache->hbuf + s->H;
+    int pre = m->tower->d.input_pre_norm;
+    st = dr_backbone_prefill(m->bb.model, m->cache->bws, s->cond, rows, n_rows, hidden, pre, s->logits_c, m->pool, err);
+    if (!st && s->guided)
+        st = dr_backbone_prefill(m->bb.model, m->cache->bws, s->uncond, uncond_rows, n_uncond, NULL, 0, s->logits_u,
+                                 m->pool, err);
     if (st) {
         s->invalid = 1;
         goto done;
@@ -286,14 +326,17 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
     /* Tower rows: position p pairs h_p with the codes of row p+1 (tower.prefill_codes next_row) or
      * of row p (same_row). Position bb_len-1 (the previous last row) runs now that its next row is known. */
     int64_t nt = 0;
-    int same = s->m->tower->d.prefill_same_row;
+    int same = m->tower->d.prefill_same_row;
     for (int64_t p = s->bb_len > 0 ? s->bb_len - 1 : 0; p < s->bb_len + n_rows - 1; p++, nt++) {
-        const float *h = p < s->bb_len ? s->pend_h : hidden + (p - s->bb_len) * s->H;
         int64_t src = same ? p : p + 1; /* row index whose codes pair with position p */
         const int32_t *row = src < s->bb_len ? s->last_row : rows + (src - s->bb_len) * W;
-        memcpy(th + nt * s->H, h, (size_t)s->H * sizeof(float));
         tmask[nt] = (uint8_t)is_audio(s, row);
         for (int j = 0; j < s->nc; j++) tcodes[nt * s->nc + j] = tmask[nt] ? row[1 + j] : 0;
+    }
+    const float *th = hidden;
+    if (s->bb_len > 0) {
+        dr_bk_copy(be, m->cache->hbuf, s->pend_h, (size_t)s->H * sizeof(float));
+        th = m->cache->hbuf;
     }
     float *tl = NULL;
     if (s->score && nt > 0 && !(tl = dr_alloc((size_t)nt * (s->nc - 1) * s->hv * sizeof(float)))) {
@@ -301,7 +344,7 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
         s->invalid = 1; /* the backbone states already hold the rows */
         goto done;
     }
-    if (nt > 0 && (st = dr_tower_forward(s->m->tower, s->tc, (int)nt, th, tcodes, tmask, NULL, tl, s->m->pool, err))) {
+    if (nt > 0 && (st = dr_tower_prefill(m->tower, m->cache->tws, s->tc, (int)nt, th, tcodes, tmask, tl, m->pool, err))) {
         s->invalid = 1;
         dr_free(tl);
         goto done;
@@ -310,219 +353,172 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
         score_rows(s, tl, tcodes, tmask, nt);
         dr_free(tl);
     }
-    memcpy(s->pend_h, hidden + (n_rows - 1) * s->H, (size_t)s->H * sizeof(float));
+    dr_bk_copy(be, s->pend_h, hidden + (n_rows - 1) * s->H, (size_t)s->H * sizeof(float));
+    /* the redraw window is empty at the start of each batch */
+    dr_bk_zero(be, (char *)s->lane + offsetof(dr_gen_lane, window_len), sizeof(int32_t));
+    if ((st = dr_bk_sync(be, err))) {
+        s->invalid = 1;
+        goto done;
+    }
     memcpy(s->last_row, rows + (n_rows - 1) * W, (size_t)W * sizeof(int32_t));
     s->bb_len += n_rows;
     s->prefilled = 1;
     s->batch_frames = 0;
-    s->window_len = 0; /* the redraw window is empty at the start of each batch */
     s->finish = DR_FINISH_NONE;
 done:
-    dr_free(hidden);
-    dr_free(th);
     dr_free(tcodes);
     dr_free(tmask);
     return st;
 }
 
-/* The semantic draw of one session's next frame, and the stop rules (MODEL.md 8). On DRAMA_OK
- * with *finish == DR_FINISH_NONE, *code is the frame's c0 and *f its draw index. */
-static drama_status draw_semantic(dr_gen_session *s, int *code, uint64_t *f, dr_gen_finish *finish, drama_error *err) {
+/* ---------------- frames ---------------- */
+
+/* Host checks before a session joins a frame step (MODEL.md 8): 1 = it draws, 0 = it does not
+ * (finish or *status set). */
+static int joins_step(dr_gen_session *s, dr_gen_finish *finish, drama_status *status, drama_error *err) {
     *finish = DR_FINISH_NONE;
-    if (s->invalid) return dr_fail(err, DRAMA_EINVAL, "generation session: invalid after a cancel or failure; reset it");
-    if (!s->prefilled) return dr_fail(err, DRAMA_EINVAL, "generation session: prefill before drawing frames");
+    if (s->invalid) {
+        *status = dr_fail(err, DRAMA_EINVAL, "generation session: invalid after a cancel or failure; reset it");
+        return 0;
+    }
+    if (!s->prefilled) {
+        *status = dr_fail(err, DRAMA_EINVAL, "generation session: prefill before drawing frames");
+        return 0;
+    }
     if (s->finish != DR_FINISH_NONE) {
         *finish = s->finish;
-        return DRAMA_OK;
+        return 0;
     }
     if (atomic_load(&s->cancel)) {
         s->invalid = 1;
-        return dr_fail(err, DRAMA_ECANCELLED, "generation cancelled after %lld frames", (long long)s->frames);
+        *status = dr_fail(err, DRAMA_ECANCELLED, "generation cancelled after %lld frames", (long long)s->frames);
+        return 0;
     }
     if (s->o.frames > 0 && s->batch_frames >= s->o.frames) {
         *finish = s->finish = DR_FINISH_FRAMES;
-        return DRAMA_OK;
+        return 0;
     }
-    if (s->guided) dr_guidance_combine(s->logits_c, s->logits_u, s->ncand, s->o.sp.cfg_gamma, s->logits);
-    else memcpy(s->logits, s->logits_c, (size_t)s->ncand * sizeof(float));
-    *f = s->o.draw_base + s->draws;
-    int t;
-    drama_status st = dr_sample_semantic(s->logits, s->ncand, &s->o.sp, *f, s->window, s->window_len, &s->ws, &t, err);
+    /* room for this frame's position, reserved between frames (never inside a step) */
+    drama_status st = dr_bb_state_reserve(s->cond, s->cond->pos + 1, err);
+    if (!st && s->uncond) st = dr_bb_state_reserve(s->uncond, s->uncond->pos + 1, err);
+    if (!st) st = dr_tower_cache_reserve(s->tc, s->tc->len + 1, err);
+    if (st) {
+        s->invalid = 1;
+        *status = st;
+        return 0;
+    }
+    return 1;
+}
+
+/* The host's reading of one lane's step, in the order the frame is made (MODEL.md 8): the
+ * semantic draw, the end token, the frame cap, the tower chain, the backbone rows. */
+static drama_status lane_outcome(dr_gen_session *s, const dr_gen_step_result *r, int32_t *frame, dr_gen_finish *finish,
+                                 drama_error *err) {
     s->draws++;
-    if (st) goto fail;
-    if (t == s->ncand - 1) {
+    const dr_op_status *d = &r->draw;
+    int semantic_fault = d->code && d->fault == DR_FAULT_DRAW && (d->a == DR_DRAW_SEMANTIC || d->a == DR_DRAW_REDRAW);
+    drama_status st = DRAMA_OK;
+    if (semantic_fault) {
+        st = dr_draw_fail(d, NULL, err);
+    } else if (r->ended) {
         if (s->batch_frames == 0 && !s->o.allow_empty) {
             st = dr_fail(err, DRAMA_EEMPTY, "empty generation: the first draw was the end token");
-            goto fail;
+        } else {
+            *finish = s->finish = DR_FINISH_END_TOKEN;
+            return DRAMA_OK;
         }
-        *finish = s->finish = DR_FINISH_END_TOKEN;
-        return DRAMA_OK;
-    }
-    if (s->batch_frames >= s->o.sp.frame_cap) {
+    } else if (s->batch_frames >= s->o.sp.frame_cap) {
         st = dr_fail(err, DRAMA_EFRAMELIMIT, "frame limit reached: %d frames without the end token", s->o.sp.frame_cap);
-        goto fail;
+    } else if (d->code) {
+        st = dr_tower_status_fail(s->m->tower, d, err);
+    } else if (r->row.code) {
+        st = dr_bb_status_fail(&r->row, 0, err);
     }
-    if (t >= s->m->tower->d.code_stride) {
-        st = dr_fail(err, DRAMA_EINTERNAL, "semantic code %d beyond the code table stride %lld", t,
-                     (long long)s->m->tower->d.code_stride);
-        goto fail;
+    if (st) {
+        s->invalid = 1;
+        return st;
     }
-    *code = t;
+    memcpy(frame, r->codes, (size_t)s->nc * sizeof(int32_t));
+    s->last_row[0] = (int32_t)(s->m->bb.semantic_start + frame[0]);
+    memcpy(s->last_row + 1, frame, (size_t)s->nc * sizeof(int32_t));
+    dr_bb_state_advanced(s->cond, 1);
+    if (s->uncond) dr_bb_state_advanced(s->uncond, 1);
+    s->tc->len++;
+    s->bb_len++;
+    s->frames++;
+    s->batch_frames++;
     return DRAMA_OK;
-fail:
-    s->invalid = 1;
-    return st;
 }
 
-/* Acoustic draws of the sessions in one batched tower pass: row k is session owner[k]. */
-typedef struct pick_ctx {
-    dr_gen_session *const *ss;
-    const int *owner;
-    const uint64_t *f;
-} pick_ctx;
-
-static drama_status pick_acoustic(void *ctx, int row, int codebook, const float *logits, int n, int *code,
-                                  drama_error *err) {
-    pick_ctx *p = ctx;
-    dr_gen_session *s = p->ss[p->owner[row]];
-    return dr_sample_acoustic(logits, n, &s->o.sp, p->f[row], codebook, &s->ws, code, err);
-}
-
-/* Semantic draws, then one tower pass for every session that makes a frame. */
-static void make_frames(dr_gen_session *const *ss, int n, int32_t *frames, dr_gen_finish *finish,
-                        drama_status *status, drama_error *errs) {
-    const dr_gen_model *m = ss[0]->m;
-    int nc = ss[0]->nc, hv = ss[0]->hv;
-    int64_t H = ss[0]->H;
-    int *owner = dr_calloc((size_t)n, sizeof(int));
-    uint64_t *fs = dr_calloc((size_t)n, sizeof(uint64_t));
-    int32_t *c0 = dr_calloc((size_t)n, sizeof(int32_t)), *codes = dr_calloc((size_t)n * nc, sizeof(int32_t));
-    dr_tower_cache **tcs = dr_calloc((size_t)n, sizeof *tcs);
-    float *h = dr_alloc((size_t)n * H * sizeof(float));
-    float *heads = dr_alloc((size_t)n * (nc - 1) * hv * sizeof(float));
-    drama_status *rst = dr_calloc((size_t)n, sizeof(drama_status));
-    drama_error *rerr = dr_calloc((size_t)n, sizeof(drama_error));
-    int ok = owner && fs && c0 && codes && tcs && h && heads && rst && rerr;
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        drama_error *e = errs ? &errs[i] : NULL;
-        if (status[i]) continue; /* already failed (wrong model) */
-        if (!ok) {
-            status[i] = dr_fail(e, DRAMA_ENOMEM, "generation: out of memory");
-            continue;
-        }
-        int t = 0;
-        status[i] = draw_semantic(ss[i], &t, &fs[k], &finish[i], e);
-        if (status[i] || finish[i] != DR_FINISH_NONE) continue;
-        owner[k] = i;
-        c0[k] = t;
-        tcs[k] = ss[i]->tc;
-        memcpy(h + (int64_t)k * H, ss[i]->pend_h, (size_t)H * sizeof(float));
-        k++;
+/* The model's frame step for n lanes (made larger when needed; its records are then dropped). */
+static drama_status step_for(const dr_gen_model *m, int n, dr_gen_step **out, drama_error *err) {
+    dr_gen_cache *c = m->cache;
+    if (!c->step || dr_gen_step_capacity(c->step) < n) {
+        int cap = c->step ? 2 * dr_gen_step_capacity(c->step) : 1;
+        while (cap < n) cap *= 2;
+        dr_gen_step_free(c->step);
+        c->step = NULL;
+        drama_status st = dr_gen_step_create(m, cap, &c->step, err);
+        if (st) return st;
     }
-    if (k > 0) {
-        pick_ctx pc = {ss, owner, fs};
-        drama_error e = {0};
-        drama_status st =
-            dr_tower_generate_many(m->tower, tcs, k, h, c0, pick_acoustic, &pc, codes, heads, rst, rerr, m->pool, &e);
-        for (int r = 0; r < k; r++) {
-            int i = owner[r];
-            dr_gen_session *s = ss[i];
-            drama_status rs = st ? st : rst[r];
-            if (rs) {
-                status[i] = rs;
-                if (errs) dr_fail(&errs[i], rs, "%s", st ? e.message : rerr[r].message);
-                s->invalid = 1;
-                continue;
-            }
-            memcpy(frames + (int64_t)i * nc, codes + (int64_t)r * nc, (size_t)nc * sizeof(int32_t));
-            memcpy(s->head_logits, heads + (int64_t)r * (nc - 1) * hv, (size_t)(nc - 1) * hv * sizeof(float));
-            if (s->window_len == RAS_MAX) {
-                memmove(s->window, s->window + 1, (RAS_MAX - 1) * sizeof(int));
-                s->window_len--;
-            }
-            s->window[s->window_len++] = c0[r];
-        }
-    }
-    dr_free(owner); dr_free(fs); dr_free(c0); dr_free(codes); dr_free(tcs); dr_free(h); dr_free(heads);
-    dr_free(rst); dr_free(rerr);
+    *out = c->step;
+    return DRAMA_OK;
 }
 
 drama_status dr_gen_next_many(dr_gen_session *const *ss, int n, int32_t *frames, dr_gen_finish *finish,
                               drama_status *status, drama_error *errs) {
     if (n <= 0) return DRAMA_OK;
     const dr_gen_model *m = ss[0]->m;
-    int W = ss[0]->nc + 1;
-    /* state lists: call 1 = every conditional state + paired unconditional ones, call 2 = the rest */
-    void **st1 = dr_calloc((size_t)2 * n, sizeof(void *)), **st2 = dr_calloc((size_t)n, sizeof(void *));
-    const int32_t **r1 = dr_calloc((size_t)2 * n, sizeof(int32_t *)), **r2 = dr_calloc((size_t)n, sizeof(int32_t *));
-    float **h1 = dr_calloc((size_t)2 * n, sizeof(float *)), **l1 = dr_calloc((size_t)2 * n, sizeof(float *));
-    float **l2 = dr_calloc((size_t)n, sizeof(float *)), **h2 = dr_calloc((size_t)n, sizeof(float *));
-    int64_t *ones = dr_calloc((size_t)2 * n, sizeof(int64_t));
-    int32_t *rowbuf = dr_calloc((size_t)n * W, sizeof(int32_t));
-    int *owner1 = dr_calloc((size_t)2 * n, sizeof(int)), *owner2 = dr_calloc((size_t)n, sizeof(int));
+    dr_gen_session **lane_s = dr_calloc((size_t)n, sizeof *lane_s);
+    int *owner = dr_calloc((size_t)n, sizeof(int));
+    dr_gen_step_result *res = dr_calloc((size_t)n, sizeof *res);
     drama_status first = DRAMA_OK;
-    if (!st1 || !st2 || !r1 || !r2 || !h1 || !l1 || !l2 || !h2 || !ones || !rowbuf || !owner1 || !owner2) {
-        first = DRAMA_ENOMEM;
+    if (!lane_s || !owner || !res) {
         for (int i = 0; i < n; i++) {
             status[i] = DRAMA_ENOMEM;
             if (errs) dr_fail(&errs[i], DRAMA_ENOMEM, "generation: out of memory");
         }
+        first = DRAMA_ENOMEM;
         goto done;
     }
-    int n1 = 0, n2 = 0;
+    int k = 0;
     for (int i = 0; i < n; i++) {
         status[i] = DRAMA_OK;
         finish[i] = DR_FINISH_NONE;
-        if (ss[i]->m != m)
-            status[i] = dr_fail(errs ? &errs[i] : NULL, DRAMA_EINVAL, "generation: sessions of different models in one batch");
-    }
-    make_frames(ss, n, frames, finish, status, errs);
-    for (int i = 0; i < n; i++) {
-        dr_gen_session *s = ss[i];
-        if (status[i] || finish[i] != DR_FINISH_NONE) continue;
-        int32_t *fr = frames + (int64_t)i * s->nc;
-        int32_t *row = rowbuf + (int64_t)i * W;
-        row[0] = (int32_t)(m->bb.semantic_start + fr[0]);
-        for (int j = 0; j < s->nc; j++) row[1 + j] = fr[j];
-        st1[n1] = s->cond; r1[n1] = row; h1[n1] = s->pend_h; l1[n1] = s->logits_c; owner1[n1++] = i;
-        if (s->guided && s->o.cfg_mode == DR_CFG_PAIRED) {
-            st1[n1] = s->uncond; r1[n1] = row; h1[n1] = NULL; l1[n1] = s->logits_u; owner1[n1++] = i;
-        } else if (s->guided) {
-            st2[n2] = s->uncond; r2[n2] = row; h2[n2] = NULL; l2[n2] = s->logits_u; owner2[n2++] = i;
+        drama_error *e = errs ? &errs[i] : NULL;
+        if (ss[i]->m != m) {
+            status[i] = dr_fail(e, DRAMA_EINVAL, "generation: sessions of different models in one batch");
+            continue;
         }
+        if (!joins_step(ss[i], &finish[i], &status[i], e)) continue;
+        owner[k] = i;
+        lane_s[k++] = ss[i];
     }
-    for (int k = 0; k < 2 * n; k++) ones[k] = 1;
-    /* one batched backbone step appends every frame (and the separate-mode unconditional states
-     * in a second call); a failure there invalidates the sessions of that call */
-    for (int call = 0; call < 2; call++) {
-        int cnt = call ? n2 : n1;
-        if (!cnt) continue;
+    if (k > 0) {
+        /* one frame step for every session that draws; a failure of the step fails all of them */
+        dr_gen_step *step = NULL;
         drama_error e = {0};
-        drama_status st = m->bb.forward(m->bb.impl, call ? st2 : st1, cnt, call ? r2 : r1, ones,
-                                        m->tower->d.input_pre_norm, call ? h2 : h1, call ? l2 : l1, &e);
-        if (!st) continue;
-        for (int k = 0; k < cnt; k++) {
-            int i = call ? owner2[k] : owner1[k];
-            if (status[i]) continue;
-            ss[i]->invalid = 1;
-            status[i] = st;
-            if (errs) dr_fail(&errs[i], st, "%s", e.message);
+        drama_status st = step_for(m, k, &step, &e);
+        if (!st) st = dr_gen_step_prepare(step, lane_s, k, &e);
+        if (!st) st = dr_gen_step_run(step, res, &e);
+        for (int j = 0; j < k; j++) {
+            int i = owner[j];
+            drama_error *ei = errs ? &errs[i] : NULL;
+            if (st) {
+                lane_s[j]->invalid = 1;
+                status[i] = st;
+                if (ei) dr_fail(ei, st, "%s", e.message);
+                continue;
+            }
+            status[i] = lane_outcome(lane_s[j], &res[j], frames + (int64_t)i * lane_s[j]->nc, &finish[i], ei);
         }
-    }
-    for (int i = 0; i < n; i++) {
-        dr_gen_session *s = ss[i];
-        if (status[i] || finish[i] != DR_FINISH_NONE) continue;
-        memcpy(s->last_row, rowbuf + (int64_t)i * W, (size_t)W * sizeof(int32_t));
-        s->bb_len++;
-        s->frames++;
-        s->batch_frames++;
     }
     for (int i = 0; i < n; i++)
         if (status[i] && !first) first = status[i];
 done:
-    dr_free(st1); dr_free(st2); dr_free(r1); dr_free(r2); dr_free(h1); dr_free(l1); dr_free(l2); dr_free(h2);
-    dr_free(ones); dr_free(rowbuf); dr_free(owner1); dr_free(owner2);
+    dr_free(lane_s);
+    dr_free(owner);
+    dr_free(res);
     return first;
 }
 
@@ -536,14 +532,15 @@ drama_status dr_gen_next(dr_gen_session *s, int32_t *frame, dr_gen_finish *finis
 
 drama_status dr_gen_run(dr_gen_session *s, dr_gen_frame_fn on_frame, void *ctx, dr_gen_finish *finish,
                         drama_error *err) {
-    int32_t frame[64];
-    if (s->nc > 64) return dr_fail(err, DRAMA_EUNSUPPORTED, "generation: %d codebooks", s->nc);
+    int32_t frame[DR_MAX_CODEBOOKS];
     for (;;) {
         drama_status st = dr_gen_next(s, frame, finish, err);
         if (st || *finish != DR_FINISH_NONE) return st;
         if (on_frame && on_frame(ctx, s->frames - 1, frame)) dr_gen_cancel(s);
     }
 }
+
+/* ---------------- introspection ---------------- */
 
 void dr_gen_set_score(dr_gen_session *s, dr_gen_score *score) { s->score = score; }
 
@@ -552,7 +549,15 @@ uint64_t dr_gen_draws(const dr_gen_session *s) { return s->draws; }
 int64_t dr_gen_position(const dr_gen_session *s) { return s->bb_len; }
 int dr_gen_guided(const dr_gen_session *s) { return s->guided; }
 int dr_gen_num_codebooks(const dr_gen_session *s) { return s->nc; }
-const float *dr_gen_last_logits(const dr_gen_session *s) { return s->logits; }
-const float *dr_gen_pending_hidden(const dr_gen_session *s) { return s->pend_h; }
 void dr_gen_set_frames(dr_gen_session *s, int frames) { s->o.frames = frames > 0 ? frames : 0; }
-const float *dr_gen_last_head_logits(const dr_gen_session *s) { return s->head_logits; }
+
+/* A host copy of backend memory (the copy buffers belong to the session; NULL if the read fails). */
+static const float *host_copy(const dr_gen_session *s, float *dst, const float *src, size_t count) {
+    return dr_bk_download(s->m->be, dst, src, count * sizeof(float), NULL) ? NULL : dst;
+}
+
+const float *dr_gen_last_logits(const dr_gen_session *s) { return host_copy(s, s->h_logits, s->logits, (size_t)s->ncand); }
+const float *dr_gen_pending_hidden(const dr_gen_session *s) { return host_copy(s, s->h_pend, s->pend_h, (size_t)s->H); }
+const float *dr_gen_last_head_logits(const dr_gen_session *s) {
+    return host_copy(s, s->h_head, s->head_logits, (size_t)(s->nc - 1) * s->hv);
+}

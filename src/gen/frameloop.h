@@ -18,42 +18,48 @@
  * Cancellation: dr_gen_cancel may be called from any thread; it takes effect between two frames
  * (the next dr_gen_next returns DRAMA_ECANCELLED). A cancelled or failed session is invalid until
  * dr_gen_reset. Frames already handed out are the caller's to discard ("nothing published").
+ *
+ * Backends: a session lives in backend memory of the model's backend (states, tower cache,
+ * logits, the pending hidden, the sampler's window and draw counter); a frame of every session
+ * of a dr_gen_next_many call is one frame step (gen/framestep.h) that issues backend ops only,
+ * inside a capturable region, and the host reads the frames' codes and flags after it.
  */
 #ifndef DRAMA_GEN_FRAMELOOP_H
 #define DRAMA_GEN_FRAMELOOP_H
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 #include "base/pool.h"
 #include "gen/sampler.h"
+#include "model/backbone.h"
 #include "model/tower.h"
 
-/* The backbone as the frame loop uses it (an adapter over model/backbone; tests use a fake). */
+/* The backbone as the frame loop reads it. */
 typedef struct dr_gen_backbone {
-    void *impl;
+    const dr_backbone *model;
     int64_t hidden_dim;     /* width of the hidden the tower consumes */
     int n_candidates;       /* restricted logits: n_semantic ids then the end token */
     int64_t semantic_start; /* token id of semantic code 0 */
-    drama_status (*state_create)(void *impl, void **state, drama_error *err);
-    void (*state_free)(void *impl, void *state);
-    /* Append n_rows[i] rows ([n][1 + num_codebooks]) to states[i], all states in one batched call.
-     * hidden[i] (may be NULL): [n_rows[i]][hidden_dim], final-normed (pre-norm when pre_norm).
-     * logits[i] (may be NULL): [n_candidates], restricted logits of the last appended row.
-     * Results of one state must not depend on the other states in the call. */
-    drama_status (*forward)(void *impl, void *const *states, int n_states, const int32_t *const *rows,
-                            const int64_t *n_rows, int pre_norm, float *const *hidden, float *const *logits,
-                            drama_error *err);
-    /* Optional (NULL: sessions cannot be cloned): a new state equal to src. */
-    drama_status (*state_clone)(void *impl, const void *src, void **dst, drama_error *err);
 } dr_gen_backbone;
 
-/* What a session runs on: shared by every session, read-only. */
+typedef struct dr_gen_cache dr_gen_cache;
+
+/* What a session runs on: shared by every session. The model is driven by one thread at a time
+ * (its workspaces and the pool are not reentrant): batch sessions with dr_gen_next_many. */
 typedef struct dr_gen_model {
     dr_gen_backbone bb;
     const dr_tower *tower;
-    dr_pool *pool;          /* tower threads (NULL = inline) */
+    dr_pool *pool;          /* CPU threads (the CPU backend's; NULL = inline) */
+    dr_backend *be;         /* where sessions live and frames are computed (bb and tower uploaded) */
+    dr_gen_cache *cache;    /* workspaces reused by prefills and frame steps */
 } dr_gen_model;
+
+/* m over a bound backbone (token ids set) and tower already uploaded to be (model/upload.h). */
+drama_status dr_gen_model_init(dr_gen_model *m, dr_backend *be, const dr_backbone *bb, const dr_tower *tower,
+                               dr_pool *pool, drama_error *err);
+void dr_gen_model_release(dr_gen_model *m);
 
 typedef enum dr_cfg_mode { DR_CFG_PAIRED = 0, DR_CFG_SEPARATE = 1 } dr_cfg_mode;
 
@@ -103,7 +109,7 @@ drama_status dr_gen_run(dr_gen_session *s, dr_gen_frame_fn on_frame, void *ctx, 
                         drama_error *err);
 
 /* A copy of a valid session (backbone states, tower caches, counters, pending logits): the
- * snapshot of a voice prefix, continued independently. Needs bb.state_clone. */
+ * snapshot of a voice prefix, continued independently. */
 drama_status dr_gen_session_clone(const dr_gen_session *src, dr_gen_session **out, drama_error *err);
 /* New sampling parameters for the following draws (validated; e.g. after cloning a snapshot). */
 drama_status dr_gen_set_params(dr_gen_session *s, const dr_sampler_params *sp, drama_error *err);

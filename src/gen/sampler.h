@@ -1,86 +1,24 @@
-/* sampler.h - drawing codes from logits (TEXT.md section 5).
+/* sampler.h - sampling settings and the draws (TEXT.md section 5).
  *
- * Every draw is a pure function of (logits, parameters, u) where u comes from the request's
- * counter-based RNG (base/rng.h) at index 16*f + slot. Nothing here keeps state between draws
- * except the caller-owned scratch buffers, so a seed reproduces the same codes whatever the
- * thread count, batch or streaming mode.
- *
- * Rules (TEXT.md 5.1): NaN or +inf fails (DRAMA_ENUMERIC), -inf excludes a candidate; T = 0 is
- * argmax (first maximum in candidate order); otherwise sort by logit descending (ties: candidate
- * order), p = softmax without temperature, top-k and top-p (keep or drop the crossing token)
- * select a prefix of ranks, survivors are re-weighted with softmax(logit / T), and u walks the
- * survivors in sorted order.
+ * The draw itself is the CPU reference of the backend's sampling ops (backend/cpu/sample.h:
+ * dr_sample, dr_sample_semantic, dr_sample_acoustic, dr_sample_distribution); a frame step
+ * draws through the backend (backend.h: sample_semantic / sample_acoustic), at the same draw
+ * indices 16*f + slot, so a seed gives the same codes on every backend. This header adds the
+ * settings: defaults and validation, and guidance.
  */
 #ifndef DRAMA_GEN_SAMPLER_H
 #define DRAMA_GEN_SAMPLER_H
 
 #include <stdint.h>
 
+#include "backend/backend.h"
+#include "backend/cpu/sample.h"
 #include "base/error.h"
-
-/* Per-request sampling settings (TEXT.md 5.7). */
-typedef struct dr_sampler_params {
-    float temperature;     /* 0..2; 0 = argmax for every draw (and no redraw) */
-    float top_p;           /* (0, 1]; 1 disables */
-    int semantic_top_k;    /* 0..4097; 0 = off */
-    int acoustic_top_k;    /* 0..1024; 0 = off */
-    int ras_window;        /* 0..64; 0 disables the repetition-aware redraw */
-    float ras_temperature; /* (0, 2] */
-    float ras_top_p;       /* (0, 1] */
-    float cfg_gamma;       /* 0..5; 0 = no guidance */
-    uint64_t seed;         /* any 64-bit value */
-    int frame_cap;         /* >= 1, default 750 */
-} dr_sampler_params;
 
 /* TEXT.md 5.7 defaults; seed 0 (callers that want a drawn seed set it). */
 void dr_sampler_params_default(dr_sampler_params *p);
 /* Every value finite and in range; the error names the parameter and the value. */
 drama_status dr_sampler_params_validate(const dr_sampler_params *p, drama_error *err);
-
-typedef enum dr_topp_rule {
-    DR_TOPP_KEEP_CROSSING = 0, /* shortest prefix whose mass reaches P (semantic draw, redraw) */
-    DR_TOPP_DROP_CROSSING = 1  /* longest prefix whose mass does not exceed P, >= 1 (acoustic) */
-} dr_topp_rule;
-
-/* One draw's filter. */
-typedef struct dr_draw_spec {
-    float temperature; /* 0 = argmax */
-    float top_p;       /* >= 1 disables */
-    int top_k;         /* <= 0 disables */
-    dr_topp_rule rule;
-} dr_draw_spec;
-
-/* Scratch for draws over at most `cap` candidates; reuse across draws, one per thread. */
-typedef struct dr_sample_ws {
-    int cap;
-    struct dr_sample_item *items; /* sorted candidates */
-    double *q;                    /* survivor weights */
-} dr_sample_ws;
-
-drama_status dr_sample_ws_init(dr_sample_ws *ws, int cap, drama_error *err);
-void dr_sample_ws_free(dr_sample_ws *ws);
-
-/* Draw one candidate index in [0, n) with uniform u in [0, 1). `what` names the draw in errors
- * ("semantic draw of frame 3"). */
-drama_status dr_sample(const float *logits, int n, const dr_draw_spec *spec, double u, dr_sample_ws *ws,
-                       int *out, const char *what, drama_error *err);
-
-/* The exact distribution dr_sample draws from: probs[i] for every candidate (0 for filtered).
- * For tests and diagnostics. */
-drama_status dr_sample_distribution(const float *logits, int n, const dr_draw_spec *spec, dr_sample_ws *ws,
-                                    double *probs, drama_error *err);
-
-/* Semantic draw of frame f (TEXT.md 5.2, 5.4). logits: n candidates in candidate order, the
- * end token last (index n-1). window: the semantic codes (candidate indices) of the last frames
- * of the current batch, oldest first, window_len <= p->ras_window entries considered (the most
- * recent ones). The result is a candidate index; n-1 means the end token. */
-drama_status dr_sample_semantic(const float *logits, int n, const dr_sampler_params *p, uint64_t frame,
-                                const int *window, int window_len, dr_sample_ws *ws, int *out,
-                                drama_error *err);
-
-/* Acoustic draw of codebook j (1..9) of frame f over the first n head logits (TEXT.md 5.3). */
-drama_status dr_sample_acoustic(const float *logits, int n, const dr_sampler_params *p, uint64_t frame,
-                                int codebook, dr_sample_ws *ws, int *out, drama_error *err);
 
 /* Classifier-free guidance (TEXT.md 5.5): out = cond + gamma * (cond - uncond); a candidate
  * excluded (-inf) in cond stays excluded. out may alias cond. */

@@ -1,8 +1,8 @@
 /* session.h - the language model a generation session runs on: a model directory opened and
- * bound (config + switches, checkpoint, loader findings, backbone, tower, token ids), and the
- * adapter that lets the frame loop (gen/frameloop.h) drive the CPU backbone.
+ * bound (config + switches, checkpoint, loader findings, backbone, tower, token ids) and put on
+ * a backend (backend/select/select.h: cpu, cuda or auto).
  *
- *   dr_gen_lm *lm;  dr_gen_lm_open(dir, sets, n_sets, threads, &lm, err);
+ *   dr_gen_lm *lm;  dr_gen_lm_open(dir, sets, n_sets, threads, NULL, &lm, err);
  *   dr_gen_session_create(&lm->model, &opts, &s, err);  dr_gen_prefill(...);  dr_gen_next(...)
  */
 #ifndef DRAMA_GEN_SESSION_H
@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
+#include "backend/select/select.h"
 #include "base/error.h"
 #include "base/pool.h"
 #include "gen/frameloop.h"
@@ -19,18 +21,6 @@
 #include "model/loader.h"
 #include "model/tower.h"
 #include "text/tokenizer.h"
-
-/* The frame loop's backbone interface over model/backbone.h (impl = this struct). */
-/* The adapter holds no mutable state; the pool is not reentrant, so one model (one pool) is
- * driven by one thread at a time (batch sessions with dr_gen_next_many instead). */
-typedef struct dr_gen_cpu_backbone {
-    const dr_backbone *bb;
-    dr_pool *pool;
-} dr_gen_cpu_backbone;
-
-/* Fill `out` to drive `bb` (token ids already set on bb) through `impl` (caller-owned, zeroed). */
-void dr_gen_backbone_cpu(dr_gen_cpu_backbone *impl, const dr_backbone *bb, dr_pool *pool, dr_gen_backbone *out);
-void dr_gen_backbone_cpu_release(dr_gen_cpu_backbone *impl);
 
 typedef struct dr_gen_lm {
     dr_config *cfg;
@@ -42,15 +32,19 @@ typedef struct dr_gen_lm {
     dr_backbone bb;
     dr_tower tower;
     int32_t semantic_start, n_semantic, end_id;
-    dr_gen_cpu_backbone cpu;
+    dr_backend *be;           /* the backbone and tower are uploaded to it (owned) */
     dr_gen_model model;       /* what sessions run on */
 } dr_gen_lm;
 
 /* Open DIR: config.json (+ drama-engine.json, `--set` overrides), tokenizer.json, the checkpoint;
  * bind backbone and tower through one loader (every finding reported at once; unexpected tensors
- * are fatal with loader.strict). threads <= 0: all CPUs. pool may be given (then not owned). */
+ * are fatal with loader.strict). threads <= 0: all CPUs. pool may be given (then not owned).
+ * Runs on the CPU backend. */
 drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
                             dr_gen_lm **out, drama_error *err);
+/* The same on the chosen backend (NULL: auto). */
+drama_status dr_gen_lm_open_on(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
+                               const dr_backend_choice *backend, dr_gen_lm **out, drama_error *err);
 void dr_gen_lm_close(dr_gen_lm *lm);
 
 #endif

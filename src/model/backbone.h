@@ -1,12 +1,15 @@
-/* backbone.h - the Qwen3.5-MoE hybrid backbone on the CPU (MODEL.md 4-6).
+/* backbone.h - the Qwen3.5-MoE hybrid backbone (MODEL.md 4-6), written once over the backend
+ * seam (backend/backend.h): the same code runs on the CPU and on CUDA.
  *
  * A dr_backbone holds weights bound in their stored format (dr_weight into the mapped
  * checkpoint; only norm vectors, conv kernels and DeltaNet gate constants are copied to fp32).
- * It is immutable after bind and shared by every session; per-request state is a dr_bb_state
- * (model/state.h).
+ * It is immutable after bind and shared by every session; a backend holds its resident copy
+ * (model/upload.h). Per-request state is a dr_bb_state (model/state.h) in backend memory.
  *
  * Rows are [token, c0 .. c_{NC-1}] (MODEL.md 6). One call processes n rows:
- *   dr_backbone_forward   n rows of one session (prefill; n = 1 is a decode step)
+ *   dr_bb_run              n rows in backend memory, each with its state and position (ops only:
+ *                          the frame step uses it inside a capturable region)
+ *   dr_backbone_forward    n rows of one session from the host (prefill; n = 1 is a decode step)
  *   dr_backbone_step_batch one row for each of n distinct sessions (batched decode)
  * Results are bit-identical whatever the thread count and however rows are grouped into calls:
  * prefill(rows) == prefill(first k) + steps, and a session in a batch == the session alone.
@@ -17,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 #include "base/pool.h"
 #include "model/config.h"
@@ -62,20 +66,9 @@ typedef struct dr_bb_gdn {
     int norm_per_channel;
 } dr_bb_gdn;
 
-typedef struct dr_bb_expert {
-    int fused;                 /* 1: gate_up holds [2I, H] (gate rows then up rows) */
-    dr_weight gate, up, gate_up, down;
-} dr_bb_expert;
-
-typedef struct dr_bb_moe {
-    dr_weight router;          /* [E, H] */
-    dr_weight sh_gate, sh_up, sh_down, sh_gate_proj; /* shared expert; sh_gate_proj is [1, H] */
-    int n_kept;                /* stored experts */
-    int *kept;                 /* [n_kept] original ids, ascending */
-    int *slot;                 /* [E] slot of an original id, -1 if pruned */
-    dr_bb_expert *experts;     /* [n_kept], by slot */
-    int fused_layout;
-} dr_bb_moe;
+/* An MoE layer's weights are what the MoE op reads (backend.h). */
+typedef dr_moe_expert dr_bb_expert;
+typedef dr_moe_weights dr_bb_moe;
 
 typedef struct dr_bb_layer {
     dr_layer_kind kind;
@@ -129,15 +122,62 @@ typedef struct dr_bb_trace {
     float *pre_norm;           /* [n][H], last residual before the final norm */
 } dr_bb_trace;
 
-/* n rows [n][row_width] of one session, at positions st->pos ..; advances st->pos by n.
- * hidden [n][H] (final-normed) and logits [n][n_sem + 1] may be NULL. */
+/* Activations of backbone calls of up to `rows` rows, in backend memory (reused across calls
+ * so a recorded region keeps its addresses). */
+typedef struct dr_bb_ws {
+    dr_backend *be;
+    int64_t rows;
+    float *x, *xn, *mix;       /* [rows][H]: residual, normed input, mixer / MoE output */
+    float *q, *k, *v, *o;      /* attention: [rows][q_stride], [rows][kv_dim] x2, [rows][nh*hd] */
+    float *u, *y, *z, *ga, *gb, *go; /* DeltaNet: [rows][C] x2, [rows][nv*dv], [rows][nv] x2, [rows][nv*dv] */
+    float *hidden, *logits;    /* outputs of host calls: [rows][H], [rows][n_sem + 1] */
+    int32_t *tok;              /* [rows][row_width] rows uploaded by host calls */
+    dr_seq_row *seq;           /* [rows] */
+    dr_op_status *status;      /* [rows] */
+} dr_bb_ws;
+
+drama_status dr_bb_ws_create(dr_backend *be, const dr_backbone *bb, int64_t rows, dr_bb_ws **out, drama_error *err);
+void dr_bb_ws_free(dr_bb_ws *ws);
+
+/* One call over n <= ws->rows rows, all in backend memory; issues ops only (no host read or
+ * write unless trace is set). Row i ([row_width], valid) runs at seq[i]; outputs may be NULL:
+ * hidden [n][H] final-normed, pre_norm [n][H] the residual before it, logits [n][n_sem + 1].
+ * status[n] (zeroed by the caller) gets router failures. The caller advances the positions
+ * (the advance op) afterwards. trace rows go to [row0, row0 + n) of host arrays of trace_rows. */
+typedef struct dr_bb_call {
+    int64_t n;
+    const int32_t *rows;
+    const dr_seq_row *seq;
+    float *hidden, *pre_norm, *logits;
+    dr_op_status *status;
+    const dr_bb_trace *trace;
+    int64_t trace_row0, trace_rows;
+} dr_bb_call;
+drama_status dr_bb_run(dr_backend *be, const dr_backbone *bb, dr_bb_ws *ws, const dr_bb_call *c, drama_error *err);
+
+/* The router failure of row `row` (status from dr_bb_run) as an error message. */
+drama_status dr_bb_status_fail(const dr_op_status *s, int64_t row, drama_error *err);
+
+/* n rows [n][row_width] of one session from the host, at positions st->pos ..; advances st->pos
+ * by n. Runs on the state's backend (pool: the threads for a state made without one). Outputs
+ * (host) may be NULL: hidden [n][H] final-normed, logits [n][n_sem + 1]; with trace. */
 drama_status dr_backbone_forward(const dr_backbone *bb, dr_bb_state *st, const int32_t *rows, int64_t n,
                                  float *hidden, float *logits, const dr_bb_trace *trace, dr_pool *pool,
+                                 drama_error *err);
+
+/* The same with the outputs left in backend memory of the state's backend: hidden_dev [n][H]
+ * (final-normed, or the pre-norm residual when pre_norm) and last_logits_dev [n_sem + 1] of the
+ * last row, each may be NULL. ws (may be NULL: made for the call) must be of that backend. */
+drama_status dr_backbone_prefill(const dr_backbone *bb, dr_bb_ws *ws, dr_bb_state *st, const int32_t *rows, int64_t n,
+                                 float *hidden_dev, int pre_norm, float *last_logits_dev, dr_pool *pool,
                                  drama_error *err);
 
 /* One row per session (states distinct): row i [row_width] goes to states[i]. */
 drama_status dr_backbone_step_batch(const dr_backbone *bb, dr_bb_state *const *states, int n, const int32_t *rows,
                                     float *hidden, float *logits, dr_pool *pool, drama_error *err);
+
+/* The op arguments a backbone's embedding uses (its constants and switches). */
+dr_embed_args dr_backbone_embed_args(const dr_backbone *bb);
 
 /* Check one input row (token range, audio row codes, c0 agreement); names row index `r`. */
 drama_status dr_backbone_check_row(const dr_backbone *bb, const int32_t *row, int64_t r, drama_error *err);

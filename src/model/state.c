@@ -1,99 +1,96 @@
 /* state.c - see state.h. */
 #include "model/state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 
+dr_backend *dr_bb_state_backend(const dr_bb_state *s) { return s->be ? s->be : dr_backend_cpu_memory(); }
+
+/* The ops' view of s, written after every change of its buffers. */
+static drama_status write_seq(dr_bb_state *s, drama_error *err) {
+    dr_seq v = {s->kv, s->conv, s->rec, s->cap, s->pos, s->kv_dim, s->conv_len, s->rec_len};
+    return dr_bk_upload(dr_bb_state_backend(s), s->seq, &v, sizeof v, err);
+}
+
 /* A zeroed state of the given sizes with room for `reserve` positions (create and clone). */
-static drama_status state_alloc(int n_attn, int n_gdn, int64_t kv_dim, int64_t conv_len, int64_t rec_len,
-                                int64_t reserve, dr_bb_state **out, drama_error *err) {
+static drama_status state_alloc(dr_backend *be, int n_attn, int n_gdn, int64_t kv_dim, int64_t conv_len,
+                                int64_t rec_len, int64_t reserve, dr_bb_state **out, drama_error *err) {
     *out = NULL;
     dr_bb_state *s = calloc(1, sizeof *s);
     if (!s) return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
+    s->be = be;
     s->n_attn = n_attn;
     s->n_gdn = n_gdn;
     s->kv_dim = kv_dim;
     s->conv_len = conv_len;
     s->rec_len = rec_len;
-    s->k = calloc((size_t)(s->n_attn + 1), sizeof(float *));
-    s->v = calloc((size_t)(s->n_attn + 1), sizeof(float *));
-    s->conv = calloc((size_t)(s->n_gdn + 1), sizeof(float *));
-    s->rec = calloc((size_t)(s->n_gdn + 1), sizeof(float *));
-    if (!s->k || !s->v || !s->conv || !s->rec) goto oom;
-    for (int i = 0; i < s->n_gdn; i++) {
-        s->conv[i] = dr_calloc((size_t)(s->conv_len > 0 ? s->conv_len : 1), sizeof(float));
-        s->rec[i] = dr_calloc((size_t)s->rec_len, sizeof(float));
-        if (!s->conv[i] || !s->rec[i]) goto oom;
-    }
-    if (dr_bb_state_reserve(s, reserve > 0 ? reserve : 64, err)) {
+    dr_backend *b = dr_bb_state_backend(s);
+    drama_status st = dr_bk_alloc(b, sizeof(dr_seq), (void **)&s->seq, err);
+    if (!st) st = dr_bk_alloc_n(b, (size_t)(n_gdn > 0 ? n_gdn : 1) * (size_t)(conv_len > 0 ? conv_len : 1), sizeof(float),
+                                (void **)&s->conv, err);
+    if (!st) st = dr_bk_alloc_n(b, (size_t)(n_gdn > 0 ? n_gdn : 1) * (size_t)(rec_len > 0 ? rec_len : 1), sizeof(float),
+                                (void **)&s->rec, err);
+    if (!st) st = dr_bb_state_reserve(s, reserve > 0 ? reserve : 64, err);
+    if (st) {
         dr_bb_state_free(s);
-        return err ? err->code : DRAMA_ENOMEM;
+        return st;
     }
     *out = s;
     return DRAMA_OK;
-oom:
-    dr_bb_state_free(s);
-    return dr_fail(err, DRAMA_ENOMEM, "backbone state: out of memory");
+}
+
+drama_status dr_bb_state_create_on(dr_backend *be, const dr_backbone *bb, int64_t reserve, dr_bb_state **out,
+                                   drama_error *err) {
+    const dr_bb_dims *d = &bb->d;
+    int64_t C = 2 * (int64_t)d->nk * d->dk + (int64_t)d->nv * d->dv;
+    return state_alloc(be, bb->n_attn, bb->n_gdn, (int64_t)d->nkv * d->hd, (int64_t)(d->K > 1 ? d->K - 1 : 0) * C,
+                       (int64_t)d->nv * d->dk * d->dv, reserve, out, err);
 }
 
 drama_status dr_bb_state_create(const dr_backbone *bb, int64_t reserve, dr_bb_state **out, drama_error *err) {
-    const dr_bb_dims *d = &bb->d;
-    int64_t C = 2 * (int64_t)d->nk * d->dk + (int64_t)d->nv * d->dv;
-    return state_alloc(bb->n_attn, bb->n_gdn, (int64_t)d->nkv * d->hd, (int64_t)(d->K > 1 ? d->K - 1 : 0) * C,
-                       (int64_t)d->nv * d->dk * d->dv, reserve, out, err);
+    return dr_bb_state_create_on(NULL, bb, reserve, out, err);
 }
 
 void dr_bb_state_free(dr_bb_state *s) {
     if (!s) return;
-    for (int i = 0; s->k && i < s->n_attn; i++) dr_free(s->k[i]);
-    for (int i = 0; s->v && i < s->n_attn; i++) dr_free(s->v[i]);
-    for (int i = 0; s->conv && i < s->n_gdn; i++) dr_free(s->conv[i]);
-    for (int i = 0; s->rec && i < s->n_gdn; i++) dr_free(s->rec[i]);
-    free(s->k);
-    free(s->v);
-    free(s->conv);
-    free(s->rec);
+    dr_backend *b = dr_bb_state_backend(s);
+    dr_bk_free(b, s->kv);
+    dr_bk_free(b, s->conv);
+    dr_bk_free(b, s->rec);
+    dr_bk_free(b, s->seq);
     free(s);
 }
 
 void dr_bb_state_reset(dr_bb_state *s) {
     if (!s) return;
+    dr_backend *b = dr_bb_state_backend(s);
     s->pos = 0;
-    for (int i = 0; i < s->n_gdn; i++) {
-        memset(s->conv[i], 0, (size_t)s->conv_len * sizeof(float));
-        memset(s->rec[i], 0, (size_t)s->rec_len * sizeof(float));
-    }
+    dr_bk_zero(b, (char *)s->seq + offsetof(dr_seq, pos), sizeof(int64_t));
+    dr_bk_zero(b, s->conv, (size_t)s->n_gdn * (size_t)s->conv_len * sizeof(float));
+    dr_bk_zero(b, s->rec, (size_t)s->n_gdn * (size_t)s->rec_len * sizeof(float));
 }
 
 drama_status dr_bb_state_reserve(dr_bb_state *s, int64_t positions, drama_error *err) {
     if (positions <= s->cap) return DRAMA_OK;
     int64_t cap = s->cap > 0 ? s->cap : 64;
     while (cap < positions) cap *= 2;
-    size_t bytes;
-    if (!dr_mul_size((size_t)cap, (size_t)s->kv_dim * sizeof(float), &bytes))
+    size_t layer, bytes;
+    if (!dr_mul_size((size_t)cap, (size_t)s->kv_dim * sizeof(float), &layer) ||
+        !dr_mul_size(layer, (size_t)2 * (size_t)(s->n_attn > 0 ? s->n_attn : 1), &bytes))
         return dr_fail(err, DRAMA_ENOMEM, "backbone state: %lld positions overflow", (long long)positions);
-    for (int i = 0; i < s->n_attn; i++) {
-        float *nk = dr_alloc(bytes ? bytes : 1), *nv = dr_alloc(bytes ? bytes : 1);
-        if (!nk || !nv) {
-            dr_free(nk);
-            dr_free(nv);
-            return dr_fail(err, DRAMA_ENOMEM, "backbone state: cannot grow K/V cache to %lld positions",
-                           (long long)cap);
-        }
-        size_t used = (size_t)s->pos * (size_t)s->kv_dim * sizeof(float);
-        if (s->k[i] && used) {
-            memcpy(nk, s->k[i], used);
-            memcpy(nv, s->v[i], used);
-        }
-        dr_free(s->k[i]);
-        dr_free(s->v[i]);
-        s->k[i] = nk;
-        s->v[i] = nv;
-    }
+    dr_backend *b = dr_bb_state_backend(s);
+    float *kv;
+    if (dr_bk_alloc(b, bytes, (void **)&kv, NULL))
+        return dr_fail(err, DRAMA_ENOMEM, "backbone state: cannot grow K/V cache to %lld positions", (long long)cap);
+    if (s->kv) dr_bk_copy_kv(b, kv, cap, s->kv, s->cap, s->n_attn, s->kv_dim, s->pos);
+    dr_bk_free(b, s->kv);
+    s->kv = kv;
     s->cap = cap;
-    return DRAMA_OK;
+    return write_seq(s, err);
 }
 
 drama_status dr_bb_state_copy(dr_bb_state *dst, const dr_bb_state *src, drama_error *err) {
@@ -101,36 +98,31 @@ drama_status dr_bb_state_copy(dr_bb_state *dst, const dr_bb_state *src, drama_er
     if (dst->n_attn != src->n_attn || dst->n_gdn != src->n_gdn || dst->kv_dim != src->kv_dim ||
         dst->conv_len != src->conv_len || dst->rec_len != src->rec_len)
         return dr_fail(err, DRAMA_EINVAL, "backbone state copy: states belong to different backbones");
-    if (dr_bb_state_reserve(dst, src->pos, err)) return err ? err->code : DRAMA_ENOMEM;
-    size_t used = (size_t)src->pos * (size_t)src->kv_dim * sizeof(float);
-    for (int i = 0; i < src->n_attn; i++) {
-        if (used) {
-            memcpy(dst->k[i], src->k[i], used);
-            memcpy(dst->v[i], src->v[i], used);
-        }
-    }
-    for (int i = 0; i < src->n_gdn; i++) {
-        memcpy(dst->conv[i], src->conv[i], (size_t)src->conv_len * sizeof(float));
-        memcpy(dst->rec[i], src->rec[i], (size_t)src->rec_len * sizeof(float));
-    }
+    dr_backend *b = dr_bb_state_backend(dst);
+    if (b->kind != dr_bb_state_backend(src)->kind)
+        return dr_fail(err, DRAMA_EINVAL, "backbone state copy: states live on different backends");
+    drama_status st = dr_bb_state_reserve(dst, src->pos, err);
+    if (st) return st;
+    dr_bk_copy_kv(b, dst->kv, dst->cap, src->kv, src->cap, src->n_attn, src->kv_dim, src->pos);
+    dr_bk_copy(b, dst->conv, src->conv, (size_t)src->n_gdn * (size_t)src->conv_len * sizeof(float));
+    dr_bk_copy(b, dst->rec, src->rec, (size_t)src->n_gdn * (size_t)src->rec_len * sizeof(float));
     dst->pos = src->pos;
-    return DRAMA_OK;
+    return write_seq(dst, err);
 }
 
 drama_status dr_bb_state_clone(const dr_bb_state *src, dr_bb_state **out, drama_error *err) {
-    drama_status st =
-        state_alloc(src->n_attn, src->n_gdn, src->kv_dim, src->conv_len, src->rec_len, src->pos, out, err);
+    drama_status st = state_alloc(src->be, src->n_attn, src->n_gdn, src->kv_dim, src->conv_len, src->rec_len, src->pos,
+                                  out, err);
     if (st) return st;
-    if (dr_bb_state_copy(*out, src, err)) {
+    if ((st = dr_bb_state_copy(*out, src, err))) {
         dr_bb_state_free(*out);
         *out = NULL;
-        return err ? err->code : DRAMA_ENOMEM;
     }
-    return DRAMA_OK;
+    return st;
 }
 
 size_t dr_bb_state_bytes(const dr_bb_state *s) {
     if (!s) return 0;
-    return sizeof *s + (size_t)s->n_attn * 2 * (size_t)s->cap * (size_t)s->kv_dim * sizeof(float) +
+    return sizeof *s + sizeof(dr_seq) + (size_t)s->n_attn * 2 * (size_t)s->cap * (size_t)s->kv_dim * sizeof(float) +
            (size_t)s->n_gdn * (size_t)(s->conv_len + s->rec_len) * sizeof(float);
 }

@@ -3,10 +3,11 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/matmul.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 #include "io/safetensors.h"
 
@@ -259,37 +260,42 @@ void dr_tower_release(dr_tower *t) {
 
 /* ---------------- caches ---------------- */
 
+dr_backend *dr_tower_cache_backend(const dr_tower_cache *c) { return c->be ? c->be : dr_backend_cpu_memory(); }
+
+static drama_status write_seq(dr_tower_cache *c, drama_error *err) {
+    dr_seq v = {c->kv, NULL, NULL, c->cap, c->len, c->kv_dim, 0, 0};
+    return dr_bk_upload(dr_tower_cache_backend(c), c->seq, &v, sizeof v, err);
+}
+
 drama_status dr_tower_cache_reserve(dr_tower_cache *c, int64_t need, drama_error *err) {
     if (need <= c->cap) return DRAMA_OK;
     int64_t cap = c->cap ? c->cap : 64;
     while (cap < need) cap *= 2;
-    size_t bytes;
-    if (!dr_mul_size((size_t)cap, (size_t)c->kv_dim * sizeof(float), &bytes))
+    size_t layer, bytes;
+    if (!dr_mul_size((size_t)cap, (size_t)c->kv_dim * sizeof(float), &layer) ||
+        !dr_mul_size(layer, (size_t)2 * (size_t)c->n_layers, &bytes))
         return dr_fail(err, DRAMA_ENOMEM, "tower cache: %lld positions overflow", (long long)cap);
-    for (int l = 0; l < c->n_layers; l++) {
-        for (int kv = 0; kv < 2; kv++) {
-            float **p = kv ? &c->v[l] : &c->k[l];
-            float *nb = dr_alloc(bytes);
-            if (!nb) return dr_fail(err, DRAMA_ENOMEM, "tower cache: cannot grow to %lld positions", (long long)cap);
-            if (*p && c->len) memcpy(nb, *p, (size_t)c->len * c->kv_dim * sizeof(float));
-            dr_free(*p);
-            *p = nb;
-        }
-    }
+    dr_backend *be = dr_tower_cache_backend(c);
+    float *kv;
+    if (dr_bk_alloc(be, bytes, (void **)&kv, NULL))
+        return dr_fail(err, DRAMA_ENOMEM, "tower cache: cannot grow to %lld positions", (long long)cap);
+    if (c->kv) dr_bk_copy_kv(be, kv, cap, c->kv, c->cap, c->n_layers, c->kv_dim, c->len);
+    dr_bk_free(be, c->kv);
+    c->kv = kv;
     c->cap = cap;
-    return DRAMA_OK;
+    return write_seq(c, err);
 }
 
-drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_cache **out, drama_error *err) {
+drama_status dr_tower_cache_create_on(dr_backend *be, const dr_tower *t, int64_t reserve, dr_tower_cache **out,
+                                      drama_error *err) {
     *out = NULL;
     dr_tower_cache *c = dr_calloc(1, sizeof *c);
     if (!c) return dr_fail(err, DRAMA_ENOMEM, "tower cache: out of memory");
+    c->be = be;
     c->n_layers = t->n_layers;
     c->kv_dim = t->d.n_kv_head * t->d.head_dim;
-    c->k = dr_calloc((size_t)c->n_layers, sizeof *c->k);
-    c->v = dr_calloc((size_t)c->n_layers, sizeof *c->v);
-    drama_status st = (!c->k || !c->v) ? dr_fail(err, DRAMA_ENOMEM, "tower cache: out of memory")
-                                       : dr_tower_cache_reserve(c, reserve > 0 ? reserve : 64, err);
+    drama_status st = dr_bk_alloc(dr_tower_cache_backend(c), sizeof(dr_seq), (void **)&c->seq, err);
+    if (!st) st = dr_tower_cache_reserve(c, reserve > 0 ? reserve : 64, err);
     if (st) {
         dr_tower_cache_free(c);
         return st;
@@ -298,35 +304,40 @@ drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_
     return DRAMA_OK;
 }
 
+drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_cache **out, drama_error *err) {
+    return dr_tower_cache_create_on(NULL, t, reserve, out, err);
+}
+
 void dr_tower_cache_free(dr_tower_cache *c) {
     if (!c) return;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->k) dr_free(c->k[l]);
-        if (c->v) dr_free(c->v[l]);
-    }
-    dr_free(c->k);
-    dr_free(c->v);
+    dr_backend *be = dr_tower_cache_backend(c);
+    dr_bk_free(be, c->kv);
+    dr_bk_free(be, c->seq);
     dr_free(c);
 }
 
 void dr_tower_cache_reset(dr_tower_cache *c) {
-    if (c) c->len = 0;
+    if (!c) return;
+    c->len = 0;
+    dr_bk_zero(dr_tower_cache_backend(c), (char *)c->seq + offsetof(dr_seq, pos), sizeof(int64_t));
 }
 
-void dr_tower_cache_truncate(dr_tower_cache *c, int64_t len) {
-    if (c && len >= 0 && len < c->len) c->len = len;
+drama_status dr_tower_cache_truncate(dr_tower_cache *c, int64_t len) {
+    if (!c || len < 0 || len >= c->len) return DRAMA_OK;
+    c->len = len;
+    return write_seq(c, NULL);
 }
 
 drama_status dr_tower_cache_copy(const dr_tower_cache *src, dr_tower_cache *dst, drama_error *err) {
     if (src->n_layers != dst->n_layers || src->kv_dim != dst->kv_dim)
         return dr_fail(err, DRAMA_EINTERNAL, "tower cache copy: caches of different towers");
+    dr_backend *be = dr_tower_cache_backend(dst);
+    if (be->kind != dr_tower_cache_backend(src)->kind)
+        return dr_fail(err, DRAMA_EINTERNAL, "tower cache copy: caches on different backends");
     dst->len = 0;
     drama_status st = dr_tower_cache_reserve(dst, src->len, err);
     if (st) return st;
-    for (int l = 0; l < src->n_layers; l++) {
-        memcpy(dst->k[l], src->k[l], (size_t)src->len * src->kv_dim * sizeof(float));
-        memcpy(dst->v[l], src->v[l], (size_t)src->len * src->kv_dim * sizeof(float));
-    }
+    dr_bk_copy_kv(be, dst->kv, dst->cap, src->kv, src->cap, src->n_layers, src->kv_dim, src->len);
     dst->len = src->len;
-    return DRAMA_OK;
+    return write_seq(dst, err);
 }

@@ -9,13 +9,16 @@
  *
  * Weights stay in their stored format (dr_weight into the mapped checkpoint); only the norm
  * vectors are copied to fp32 at bind. A dr_tower is immutable after bind and shared by every
- * session; per-request state lives in a dr_tower_cache.
+ * session; per-request state lives in a dr_tower_cache in backend memory. The math is written
+ * once over the backend seam (backend/backend.h): dr_tower_chain is what a frame step runs;
+ * dr_tower_forward / dr_tower_generate_many are host calls over the same layers.
  */
 #ifndef DRAMA_MODEL_TOWER_H
 #define DRAMA_MODEL_TOWER_H
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 #include "base/pool.h"
 #include "base/tensor.h"
@@ -83,26 +86,65 @@ drama_status dr_tower_bind_findings(dr_tower *t, const dr_tower_dims *d, dr_towe
                                     dr_findings *findings, drama_error *err);
 void dr_tower_release(dr_tower *t); /* frees the fp32 norm copies and arrays; t itself is the caller's */
 
-/* Per-request KV caches of all layers, positions 0..len-1. Grows as needed. */
+/* Per-request KV caches of all layers, positions 0..len-1, in backend memory (one block; the ops
+ * read it through seq and advance seq->pos; len and cap are the host's copies). Grows as needed,
+ * between calls. */
 typedef struct dr_tower_cache {
+    dr_backend *be;        /* NULL: CPU memory, host calls run with the pool they pass */
     int n_layers, kv_dim;  /* kv_dim = n_kv_head * head_dim */
     int64_t len, cap;
-    float **k, **v;        /* [n_layers][cap * kv_dim] */
+    float *kv;             /* [n_layers][2][cap][kv_dim] */
+    dr_seq *seq;           /* the ops' view */
 } dr_tower_cache;
 
+drama_status dr_tower_cache_create_on(dr_backend *be, const dr_tower *t, int64_t reserve, dr_tower_cache **out,
+                                      drama_error *err);
 drama_status dr_tower_cache_create(const dr_tower *t, int64_t reserve, dr_tower_cache **out, drama_error *err);
 void dr_tower_cache_free(dr_tower_cache *c);
 /* Capacity for `positions` positions (keeps the contents). */
 drama_status dr_tower_cache_reserve(dr_tower_cache *c, int64_t positions, drama_error *err);
-void dr_tower_cache_reset(dr_tower_cache *c);                  /* len = 0 */
-void dr_tower_cache_truncate(dr_tower_cache *c, int64_t len);  /* keep positions < len */
+void dr_tower_cache_reset(dr_tower_cache *c);                          /* len = 0 */
+drama_status dr_tower_cache_truncate(dr_tower_cache *c, int64_t len);  /* keep positions < len */
 drama_status dr_tower_cache_copy(const dr_tower_cache *src, dr_tower_cache *dst, drama_error *err);
+dr_backend *dr_tower_cache_backend(const dr_tower_cache *c);
+
+/* Activations of tower calls of up to `rows` rows (backend memory, reused across calls). */
+typedef struct dr_tower_ws {
+    dr_backend *be;
+    int64_t rows;
+    float *e, *x, *u, *a, *qkv, *o, *tmp, *g1, *g3, *heads, *ga, *gb, *h;
+    int32_t *codes;        /* [rows][NC] codes uploaded by host calls */
+    uint8_t *mask;         /* [rows] */
+    dr_seq_row *seq;       /* [rows] */
+    dr_op_status *status;  /* [rows] */
+} dr_tower_ws;
+drama_status dr_tower_ws_create(dr_backend *be, const dr_tower *t, int64_t rows, dr_tower_ws **out, drama_error *err);
+void dr_tower_ws_free(dr_tower_ws *ws);
+
+/* Generation for n rows in backend memory, issuing ops only: row r at seq[r] (its tower cache
+ * and position), input h [n][input_dim], codes of row r at codes[r*codes_ld + j] with c0 given;
+ * after head `slot` (predicting code slot+1) pick(ctx, slot, logits [n][head_vocab]) must write
+ * code slot+1 of every row. status [n] gets failures (code outside the table). Advances every
+ * row that does not hold by one position (host copies: the caller's). */
+typedef void (*dr_tower_chain_pick)(void *ctx, int slot, const float *logits);
+void dr_tower_chain(dr_backend *be, const dr_tower *t, dr_tower_ws *ws, const dr_seq_row *seq, int64_t n,
+                    const float *h, int32_t *codes, int64_t codes_ld, dr_op_status *status, dr_tower_chain_pick pick,
+                    void *ctx);
+
+/* The message of a tower failure (status of a tower call). */
+drama_status dr_tower_status_fail(const dr_tower *t, const dr_op_status *s, drama_error *err);
 
 /* Teacher-forced pass over n rows at positions cache->len .. cache->len+n-1 (all layers).
  * h [n][input_dim], codes [n][NC] (row r: the codes paired with tower row r), mask [n] (0/1).
  * Optional outputs: layer_out [n_layers][n][D], logits [n][NC-1][head_vocab]. */
 drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const float *h, const int32_t *codes,
                               const uint8_t *mask, float *layer_out, float *logits, dr_pool *pool,
+                              drama_error *err);
+
+/* The same with the input hidden h_dev [n][input_dim] in backend memory of the cache's backend,
+ * through ws (may be NULL: made for the call), without layer outputs (the frame loop's prefill). */
+drama_status dr_tower_prefill(const dr_tower *t, dr_tower_ws *ws, dr_tower_cache *c, int n, const float *h_dev,
+                              const int32_t *codes, const uint8_t *mask, float *logits, dr_pool *pool,
                               drama_error *err);
 
 /* Chooses code j (1..NC-1) from the head logits [n] (n = head_vocab). */

@@ -1,172 +1,131 @@
-/* tower_run.c - the tower's arithmetic (TOWER-H1.md "One layer"), teacher-forced and generating.
- * Activations fp32; sums of squares and attention weights accumulate in double so the result
- * does not depend on how rows are grouped. Norms (w carries tower.norm_offset), RoPE, attention
- * and SwiGLU are the ops of backend/cpu/ops.h. Row i of every product depends only on row i of its
- * input (backend/cpu/matmul.h), and attention is computed per (row, head), so a row's result is
- * identical whether it runs alone, in a prefill batch, or with another session. */
+/* tower_run.c - the tower's arithmetic (TOWER-H1.md "One layer") over the backend seam: the
+ * chain a frame step runs, and the host calls (teacher-forced prefill, generation with a host
+ * pick). Activations fp32; sums of squares and attention weights accumulate in double so the
+ * result does not depend on how rows are grouped. Row i of every op depends only on row i of its
+ * input, and attention is computed per (row, head), so a row's result is identical whether it
+ * runs alone, in a prefill batch, or with another session. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 #include "model/tower.h"
 
-typedef struct scratch {
-    int n;
-    float *e, *x, *u, *a, *qkv, *o, *tmp, *g1, *g3, *heads;
-    float *cs;      /* [rope_dims]: cos | sin of one position */
-    float *scores;  /* [n_workers][max_len] */
-    int n_workers;
-    int64_t max_len;
-} scratch;
+/* ---------------- workspace ---------------- */
 
-static void scratch_free(scratch *s) {
-    dr_free(s->e);
-    dr_free(s->x);
-    dr_free(s->u);
-    dr_free(s->a);
-    dr_free(s->qkv);
-    dr_free(s->o);
-    dr_free(s->tmp);
-    dr_free(s->g1);
-    dr_free(s->g3);
-    dr_free(s->heads);
-    dr_free(s->cs);
-    dr_free(s->scores);
-    memset(s, 0, sizeof *s);
-}
-
-static float *alloc_f(int64_t a, int64_t b) {
-    size_t bytes;
-    if (!dr_mul_size((size_t)a, (size_t)b * sizeof(float), &bytes)) return NULL;
-    return dr_alloc(bytes ? bytes : sizeof(float));
-}
-
-static drama_status scratch_init(scratch *s, const dr_tower *t, int n, int64_t max_len, dr_pool *pool,
-                                 drama_error *err) {
-    memset(s, 0, sizeof *s);
+drama_status dr_tower_ws_create(dr_backend *be, const dr_tower *t, int64_t rows, dr_tower_ws **out, drama_error *err) {
+    *out = NULL;
     const dr_tower_dims *d = &t->d;
+    dr_tower_ws *w = calloc(1, sizeof *w);
+    if (!w) return dr_fail(err, DRAMA_ENOMEM, "tower workspace: out of memory");
+    w->be = be;
+    w->rows = rows > 0 ? rows : 1;
     int64_t de = t->layers[0].de, dh = t->input_dim > d->dim ? t->input_dim : d->dim;
     int64_t qkv = (int64_t)(d->n_head + 2 * d->n_kv_head) * d->head_dim;
-    s->n = n;
-    s->n_workers = pool ? dr_pool_threads(pool) : 1;
-    s->max_len = max_len;
-    s->e = alloc_f(n, de);
-    s->x = alloc_f(n, de + dh);
-    s->u = alloc_f(n, d->dim);
-    s->a = alloc_f(n, d->dim);
-    s->qkv = alloc_f(n, qkv);
-    s->o = alloc_f(n, (int64_t)d->n_head * d->head_dim);
-    s->tmp = alloc_f(n, d->dim);
-    s->g1 = alloc_f(n, t->ffn);
-    s->g3 = alloc_f(n, t->ffn);
-    s->heads = alloc_f(n, d->head_vocab);
-    s->cs = alloc_f(1, d->rope_dims > 0 ? d->rope_dims : 1);
-    s->scores = alloc_f(s->n_workers, max_len);
-    if (!s->e || !s->x || !s->u || !s->a || !s->qkv || !s->o || !s->tmp || !s->g1 || !s->g3 || !s->heads || !s->cs ||
-        !s->scores) {
-        scratch_free(s);
-        return dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate activations for %d rows", n);
+    struct {
+        void **p;
+        int64_t count;
+        size_t size;
+    } parts[] = {
+        {(void **)&w->e, de, 4},         {(void **)&w->x, de + dh, 4},   {(void **)&w->u, d->dim, 4},
+        {(void **)&w->a, d->dim, 4},     {(void **)&w->qkv, qkv, 4},     {(void **)&w->o, (int64_t)d->n_head * d->head_dim, 4},
+        {(void **)&w->tmp, d->dim, 4},   {(void **)&w->g1, t->ffn, 4},  {(void **)&w->g3, t->ffn, 4},
+        {(void **)&w->heads, d->head_vocab, 4}, {(void **)&w->ga, d->dim, 4}, {(void **)&w->gb, d->dim, 4},
+        {(void **)&w->h, t->input_dim, 4}, {(void **)&w->codes, d->num_codebooks, 4}, {(void **)&w->mask, 1, 1},
+        {(void **)&w->seq, 1, sizeof(dr_seq_row)}, {(void **)&w->status, 1, sizeof(dr_op_status)},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        size_t count;
+        drama_status st = dr_mul_size((size_t)w->rows, (size_t)(parts[i].count > 0 ? parts[i].count : 1), &count)
+                              ? dr_bk_alloc_n(be, count, parts[i].size, parts[i].p, err)
+                              : dr_fail(err, DRAMA_ENOMEM, "tower workspace: %lld rows overflow", (long long)rows);
+        if (st) {
+            dr_tower_ws_free(w);
+            return dr_fail(err, st, "tower: cannot allocate activations for %lld rows", (long long)rows);
+        }
     }
+    *out = w;
     return DRAMA_OK;
 }
 
-/* cs holds the cos | sin tables of the row's position (dr_op_rope_cos_sin) */
-static void rope(const dr_tower *t, float *x, const float *cs) {
-    int half = t->d.rope_dims / 2;
-    if (t->d.rope_half) dr_op_rope_half(x, half, cs, cs + half);
-    else dr_op_rope_interleaved(x, half, cs, cs + half);
+void dr_tower_ws_free(dr_tower_ws *w) {
+    if (!w) return;
+    void *ps[] = {w->e, w->x, w->u, w->a, w->qkv, w->o, w->tmp, w->g1, w->g3, w->heads, w->ga, w->gb,
+                  w->h, w->codes, w->mask, w->seq, w->status};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dr_bk_free(w->be, ps[i]);
+    free(w);
 }
 
-typedef struct attn_ctx {
-    const dr_tower *t;
-    dr_tower_cache *const *cs; /* cache of each row */
-    const int64_t *pos;        /* position of each row */
-    int layer;
-    scratch *s;
-    int64_t qkv_dim;
-} attn_ctx;
+/* ---------------- one layer, the chain ---------------- */
 
-/* One (row, query head): softmax(q K^T / sqrt(hd)) V over positions 0..pos[row] of its cache. */
-static void attn_one(void *vctx, int64_t idx, int worker) {
-    attn_ctx *a = vctx;
-    const dr_tower_dims *d = &a->t->d;
-    int64_t row = idx / d->n_head;
-    int h = (int)(idx % d->n_head);
-    int hd = d->head_dim, kvh = h / (d->n_head / d->n_kv_head);
-    const float *q = a->s->qkv + row * a->qkv_dim + (int64_t)h * hd;
-    const dr_tower_cache *c = a->cs[row];
-    float *o = a->s->o + row * (int64_t)d->n_head * hd + (int64_t)h * hd;
-    dr_op_attend_f64(q, c->k[a->layer] + (int64_t)kvh * hd, c->v[a->layer] + (int64_t)kvh * hd, a->pos[row] + 1,
-                     c->kv_dim, hd, 1.0 / sqrt((double)hd), a->s->scores + (int64_t)worker * a->s->max_len, o);
-}
-
-/* One layer over n rows; row r runs at position pos[r] of cache cs[r] (one cache at consecutive
- * positions for a prefill, one cache per session for batched generation). in [n][L->dh] -> out
- * [n][D]. codes[r] / mask[r]: the code embedded by row r (table slot `slot`). */
-static drama_status layer_forward(const dr_tower *t, dr_tower_cache *const *cs, const int64_t *pos, int l, int n,
-                                  const float *in, const int32_t *code, int64_t code_stride_rows, const uint8_t *mask,
-                                  int slot, float *out, scratch *s, dr_pool *pool, drama_error *err) {
+/* One layer over n rows at seq[r]; in [n][L->dh] -> out [n][D]. codes[r * codes_ld]: the code
+ * embedded by row r (table slot `slot`), unless mask[r] == 0 or masked_all. */
+static void layer_forward(dr_backend *be, const dr_tower *t, dr_tower_ws *w, const dr_seq_row *seq, int l, int64_t n,
+                          const float *in, const int32_t *codes, int64_t codes_ld, const uint8_t *mask, int masked_all,
+                          int slot, float *out, dr_op_status *status) {
     const dr_tower_dims *d = &t->d;
     const dr_tower_layer *L = &t->layers[l];
-    int64_t D = d->dim, de = L->de, dh = L->dh, hd = d->head_dim;
-    int64_t qkv_dim = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd, kvd = (int64_t)d->n_kv_head * hd;
-    int64_t xw = de + dh;
-    /* u = eh_proj(concat(enorm(e), hnorm(h))); rms(0) = 0, so a masked row contributes nothing */
-    for (int r = 0; r < n; r++) {
-        float *e = s->e + r * de;
-        float *x = s->x + r * xw;
-        float *xe = d->concat_hidden_first ? x + dh : x;
-        float *xh = d->concat_hidden_first ? x : x + de;
-        int on = mask[r] != 0;
-        if (on) {
-            int32_t cd = code[r * code_stride_rows];
-            int64_t row = (int64_t)cd + (int64_t)slot * d->code_stride;
-            if (cd < 0 || cd >= d->code_stride || row >= t->code_table.rows)
-                return dr_fail(err, DRAMA_EINVAL, "tower layer %s: code %d of codebook %d out of range [0, %lld)",
-                               L->prefix, (int)cd, slot, (long long)d->code_stride);
-            dr_weight_dequant_row(&t->code_table, row, e);
-            dr_op_rms_norm(e, L->enorm, d->eps, de, xe);
-        } else {
-            memset(xe, 0, (size_t)de * sizeof(float));
-        }
-        dr_op_rms_norm(in + r * dh, L->hnorm, d->eps, dh, xh);
-    }
-    dr_cpu_matmul(&L->eh_proj, s->x, n, s->u, pool);
-    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->attention_norm, d->eps, D, s->a + r * D);
-    dr_cpu_matmul(&L->wqkv, s->a, n, s->qkv, pool);
-    double work = 0;
-    for (int r = 0; r < n; r++) {
-        float *q = s->qkv + r * qkv_dim, *k = q + (int64_t)d->n_head * hd, *v = k + kvd;
-        dr_op_rope_cos_sin(t->rope_freq, d->rope_dims / 2, pos[r], s->cs, s->cs + d->rope_dims / 2);
-        for (int h = 0; h < d->n_head; h++) {
-            if (L->q_norm) dr_op_rms_norm(q + h * hd, L->q_norm, d->eps, hd, q + h * hd);
-            rope(t, q + h * hd, s->cs);
-        }
-        for (int h = 0; h < d->n_kv_head; h++) {
-            if (L->k_norm) dr_op_rms_norm(k + h * hd, L->k_norm, d->eps, hd, k + h * hd);
-            rope(t, k + h * hd, s->cs);
-        }
-        memcpy(cs[r]->k[l] + pos[r] * kvd, k, (size_t)kvd * sizeof(float));
-        memcpy(cs[r]->v[l] + pos[r] * kvd, v, (size_t)kvd * sizeof(float));
-        work += (double)d->n_head * (double)(pos[r] + 1) * hd;
-    }
-    attn_ctx ac = {t, cs, pos, l, s, qkv_dim};
-    /* small attention (short context, tiny heads) costs less than waking the workers; the
-     * result is the same either way (one (row, head) per index) */
-    dr_pool_run(work < 65536.0 ? NULL : pool, (int64_t)n * d->n_head, attn_one, &ac);
-    dr_cpu_matmul(&L->wo, s->o, n, s->tmp, pool);
-    for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
-    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->ffn_norm, d->eps, D, s->a + r * D);
-    dr_cpu_matmul(&L->w1, s->a, n, s->g1, pool);
-    dr_cpu_matmul(&L->w3, s->a, n, s->g3, pool);
-    dr_op_swiglu(s->g1, s->g3, (int64_t)n * t->ffn, s->g1);
-    dr_cpu_matmul(&L->w2, s->g1, n, s->tmp, pool);
-    for (int64_t i = 0; i < (int64_t)n * D; i++) s->u[i] += s->tmp[i];
-    for (int r = 0; r < n; r++) dr_op_rms_norm(s->u + r * D, L->out_norm, d->eps, D, out + r * D);
-    return DRAMA_OK;
+    int64_t D = d->dim, hd = d->head_dim, qkv_dim = (int64_t)(d->n_head + 2 * d->n_kv_head) * hd;
+    int64_t kvd = (int64_t)d->n_kv_head * hd;
+    /* u = eh_proj(concat(enorm(e), hnorm(h))) */
+    dr_tower_in_args ti = {&t->code_table, d->code_stride, slot, l, codes, codes_ld, mask, masked_all, L->enorm,
+                           L->hnorm, d->eps, L->de, L->dh, d->concat_hidden_first, in, w->x, w->e, n, status};
+    be->ops->tower_input(be, &ti);
+    dr_bk_matmul(be, &L->eh_proj, w->x, n, w->u);
+    dr_bk_rms_norm(be, w->u, L->attention_norm, d->eps, D, n, w->a);
+    dr_bk_matmul(be, &L->wqkv, w->a, n, w->qkv);
+    dr_attn_args at = {.rows = seq, .n = n, .layer = l, .nh = d->n_head, .nkv = d->n_kv_head, .hd = (int)hd,
+                       .q = w->qkv, .q_stride = qkv_dim, .q_head_stride = hd,
+                       .k = w->qkv + (int64_t)d->n_head * hd, .v = w->qkv + (int64_t)d->n_head * hd + kvd,
+                       .kv_stride = qkv_dim, .q_norm = L->q_norm, .k_norm = L->k_norm, .eps = d->eps,
+                       .rope_freq = t->rope_freq, .rope_half = d->rope_dims / 2, .rope_interleaved = !d->rope_half,
+                       .gated = 0, .f64 = 1, .out = w->o};
+    be->ops->attention(be, &at);
+    dr_bk_matmul(be, &L->wo, w->o, n, w->tmp);
+    dr_bk_add(be, w->u, w->tmp, n * D);
+    dr_bk_rms_norm(be, w->u, L->ffn_norm, d->eps, D, n, w->a);
+    dr_bk_matmul(be, &L->w1, w->a, n, w->g1);
+    dr_bk_matmul(be, &L->w3, w->a, n, w->g3);
+    dr_bk_swiglu(be, w->g1, w->g3, n * t->ffn, w->g1);
+    dr_bk_matmul(be, &L->w2, w->g1, n, w->tmp);
+    dr_bk_add(be, w->u, w->tmp, n * D);
+    dr_bk_rms_norm(be, w->u, L->out_norm, d->eps, D, n, out);
 }
+
+void dr_tower_chain(dr_backend *be, const dr_tower *t, dr_tower_ws *w, const dr_seq_row *seq, int64_t n,
+                    const float *h, int32_t *codes, int64_t codes_ld, dr_op_status *status, dr_tower_chain_pick pick,
+                    void *ctx) {
+    const dr_tower_dims *d = &t->d;
+    const float *in = h;
+    for (int l = 0; l < t->n_layers; l++) {
+        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
+        float *out = (l % 2) ? w->gb : w->ga;
+        layer_forward(be, t, w, seq, l, n, in, codes + slot, codes_ld, NULL, shared && d->shared_code_none, slot, out,
+                      status);
+        if (!shared) {
+            /* head slot predicts code slot+1 of every row, chosen before the next layer embeds it */
+            dr_bk_matmul_rows(be, &t->heads[slot], 0, d->head_vocab, out, n, w->heads);
+            pick(ctx, slot, w->heads);
+        }
+        in = out;
+    }
+    be->ops->advance(be, seq, n);
+}
+
+drama_status dr_tower_status_fail(const dr_tower *t, const dr_op_status *s, drama_error *err) {
+    if (s->fault == DR_FAULT_CODE) {
+        int l = (int)s->c;
+        return dr_fail(err, (drama_status)s->code, "tower layer %s: code %d of codebook %d out of range [0, %lld)",
+                       l >= 0 && l < t->n_layers ? t->layers[l].prefix : "?", s->a, s->b, (long long)t->d.code_stride);
+    }
+    if (s->fault == DR_FAULT_HIDDEN)
+        return dr_fail(err, (drama_status)s->code, "tower: input hidden value %d is not finite", s->a);
+    if (s->fault == DR_FAULT_DRAW) return dr_draw_fail(s, NULL, err);
+    return dr_fail(err, s->code ? (drama_status)s->code : DRAMA_EINTERNAL, "tower: failure %d", s->fault);
+}
+
+/* ---------------- host calls ---------------- */
 
 static drama_status check_finite(const float *x, int64_t n, const char *what, drama_error *err) {
     for (int64_t i = 0; i < n; i++)
@@ -174,53 +133,147 @@ static drama_status check_finite(const float *x, int64_t n, const char *what, dr
     return DRAMA_OK;
 }
 
-drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const float *h, const int32_t *codes,
-                              const uint8_t *mask, float *layer_out, float *logits, dr_pool *pool,
-                              drama_error *err) {
-    if (n <= 0) return DRAMA_OK;
+/* The backend of a host call: the caches', or a CPU backend over the pool for caches made
+ * without one. */
+typedef struct host_be {
+    dr_backend cpu;
+    dr_cpu_backend impl;
+    dr_backend *be;
+} host_be;
+
+static dr_backend *host_begin(host_be *hb, dr_backend *cache_be, dr_pool *pool) {
+    if (cache_be) return hb->be = cache_be;
+    dr_backend_cpu_init(&hb->cpu, &hb->impl, pool);
+    return hb->be = &hb->cpu;
+}
+
+static void host_done(host_be *hb) {
+    if (hb->be == &hb->cpu) dr_backend_cpu_release(&hb->cpu);
+}
+
+/* The first failure among status[n] (backend memory) as an error. */
+static drama_status check_status(dr_backend *be, const dr_tower *t, const dr_op_status *status, int64_t n,
+                                 drama_error *err) {
+    dr_op_status *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    if (!s) return dr_fail(err, DRAMA_ENOMEM, "tower: out of memory");
+    drama_status st = dr_bk_download(be, s, status, (size_t)n * sizeof *s, err);
+    for (int64_t i = 0; !st && i < n; i++)
+        if (s[i].code) st = dr_tower_status_fail(t, &s[i], err);
+    free(s);
+    return st;
+}
+
+/* Teacher-forced rows: h in ws->h unless h_dev is given. */
+static drama_status forward_core(dr_backend *be, const dr_tower *t, dr_tower_ws *w, dr_tower_cache *c, int64_t n,
+                                 const float *h_dev, const int32_t *codes, const uint8_t *mask, float *layer_out,
+                                 float *logits, drama_error *err) {
     const dr_tower_dims *d = &t->d;
     int64_t D = d->dim, nc = d->num_codebooks, hv = d->head_vocab;
-    drama_status st = check_finite(h, (int64_t)n * t->input_dim, "input hidden", err);
-    if (st) return st;
-    if ((st = dr_tower_cache_reserve(c, c->len + n, err))) return st;
-    scratch s;
-    if ((st = scratch_init(&s, t, n, c->len + n, pool, err))) return st;
-    float *ga = alloc_f(n, D), *gb = alloc_f(n, D);
-    uint8_t *m = dr_calloc((size_t)n, 1);
-    dr_tower_cache **cs = dr_calloc((size_t)n, sizeof *cs);
-    int64_t *pos = dr_calloc((size_t)n, sizeof *pos);
-    if (!ga || !gb || !m || !cs || !pos) {
-        st = dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate %d rows", n);
-        goto done;
-    }
-    for (int r = 0; r < n; r++) {
-        cs[r] = c;
-        pos[r] = c->len + r;
-    }
-    const float *in = h;
-    for (int l = 0; l < t->n_layers && !st; l++) {
+    dr_seq_row *seq = malloc((size_t)n * sizeof *seq);
+    float *heads = logits ? malloc((size_t)(n * hv) * sizeof(float)) : NULL;
+    drama_status st = (!seq || (logits && !heads)) ? dr_fail(err, DRAMA_ENOMEM, "tower: cannot allocate %lld rows", (long long)n)
+                                                   : DRAMA_OK;
+    for (int64_t r = 0; !st && r < n; r++) seq[r] = (dr_seq_row){c->seq, r, NULL};
+    if (!st) st = dr_bk_upload(be, w->seq, seq, (size_t)n * sizeof *seq, err);
+    if (!st) st = dr_bk_upload(be, w->codes, codes, (size_t)(n * nc) * sizeof(int32_t), err);
+    if (!st) st = dr_bk_upload(be, w->mask, mask, (size_t)n, err);
+    if (!st) dr_bk_zero(be, w->status, (size_t)n * sizeof(dr_op_status));
+    const float *in = h_dev ? h_dev : w->h;
+    for (int l = 0; !st && l < t->n_layers; l++) {
         int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
-        for (int r = 0; r < n; r++) m[r] = (shared && d->shared_code_none) ? 0 : (mask[r] != 0);
-        float *out = (l % 2) ? gb : ga;
-        st = layer_forward(t, cs, pos, l, n, in, codes + slot, nc, m, slot, out, &s, pool, err);
-        if (st) break;
-        if (layer_out) memcpy(layer_out + (int64_t)l * n * D, out, (size_t)n * D * sizeof(float));
-        if (!shared && logits) {
-            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, n, s.heads, pool);
-            for (int r = 0; r < n; r++)
-                memcpy(logits + ((int64_t)r * (nc - 1) + slot) * hv, s.heads + (int64_t)r * hv, (size_t)hv * sizeof(float));
+        float *out = (l % 2) ? w->gb : w->ga;
+        layer_forward(be, t, w, w->seq, l, n, in, w->codes + slot, nc, w->mask, shared && d->shared_code_none, slot,
+                      out, w->status);
+        if (layer_out) st = dr_bk_download(be, layer_out + (int64_t)l * n * D, out, (size_t)(n * D) * sizeof(float), err);
+        if (!st && !shared && logits) {
+            dr_bk_matmul_rows(be, &t->heads[slot], 0, hv, out, n, w->heads);
+            st = dr_bk_download(be, heads, w->heads, (size_t)(n * hv) * sizeof(float), err);
+            for (int64_t r = 0; !st && r < n; r++)
+                memcpy(logits + (r * (nc - 1) + slot) * hv, heads + r * hv, (size_t)hv * sizeof(float));
         }
         in = out;
     }
-    if (!st) c->len += n;
-done:
-    dr_free(ga);
-    dr_free(gb);
-    dr_free(m);
-    dr_free(cs);
-    dr_free(pos);
-    scratch_free(&s);
+    if (!st) st = check_status(be, t, w->status, n, err);
+    if (!st) {
+        be->ops->advance(be, w->seq, n);
+        c->len += n;
+        st = dr_bk_sync(be, err);
+    }
+    free(seq);
+    free(heads);
     return st;
+}
+
+/* Teacher-forced forward with the input hidden in host memory (h) or backend memory (h_dev). */
+static drama_status tower_forward(const dr_tower *t, dr_tower_ws *ws, dr_tower_cache *c, int n, const float *h,
+                                  const float *h_dev, const int32_t *codes, const uint8_t *mask, float *layer_out,
+                                  float *logits, dr_pool *pool, drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    drama_status st = h ? check_finite(h, (int64_t)n * t->input_dim, "input hidden", err) : DRAMA_OK;
+    if (st || (st = dr_tower_cache_reserve(c, c->len + n, err))) return st;
+    host_be hb;
+    dr_backend *be = host_begin(&hb, c->be, pool);
+    dr_tower_ws *w = ws && ws->rows >= n ? ws : NULL;
+    if (!w) st = dr_tower_ws_create(be, t, n, &w, err);
+    if (!st && h) st = dr_bk_upload(be, w->h, h, (size_t)n * t->input_dim * sizeof(float), err);
+    if (!st) st = forward_core(be, t, w, c, n, h ? NULL : h_dev, codes, mask, layer_out, logits, err);
+    if (w != ws) dr_tower_ws_free(w);
+    host_done(&hb);
+    return st;
+}
+
+drama_status dr_tower_forward(const dr_tower *t, dr_tower_cache *c, int n, const float *h, const int32_t *codes,
+                              const uint8_t *mask, float *layer_out, float *logits, dr_pool *pool,
+                              drama_error *err) {
+    return tower_forward(t, NULL, c, n, h, NULL, codes, mask, layer_out, logits, pool, err);
+}
+
+drama_status dr_tower_prefill(const dr_tower *t, dr_tower_ws *ws, dr_tower_cache *c, int n, const float *h_dev,
+                              const int32_t *codes, const uint8_t *mask, float *logits, dr_pool *pool,
+                              drama_error *err) {
+    return tower_forward(t, ws, c, n, NULL, h_dev, codes, mask, NULL, logits, pool, err);
+}
+
+/* The host pick of dr_tower_generate_many: head logits down, the caller's choice, codes up. */
+typedef struct host_pick {
+    dr_backend *be;
+    const dr_tower *t;
+    dr_tower_ws *w;
+    int na, nc, hv;
+    const int *act;            /* row of active k */
+    float *lg;                 /* [na][hv] host */
+    int32_t *cur;              /* [na][nc] host mirror of w->codes */
+    int32_t *codes;            /* [n][nc] the caller's */
+    float *head_logits;
+    drama_status *row_status;
+    drama_error *row_errs;
+    dr_tower_pick_many_fn pick;
+    void *pick_ctx;
+    drama_status st;           /* a failure of the whole call */
+    drama_error *err;
+} host_pick;
+
+static void pick_on_host(void *ctx, int slot, const float *logits) {
+    host_pick *p = ctx;
+    if (p->st) return;
+    int64_t hv = p->hv, nc = p->nc;
+    if ((p->st = dr_bk_download(p->be, p->lg, logits, (size_t)(p->na * hv) * sizeof(float), p->err))) return;
+    for (int k = 0; k < p->na; k++) {
+        int r = p->act[k], code = 0;
+        const float *lg = p->lg + (int64_t)k * hv;
+        if (p->head_logits) memcpy(p->head_logits + ((int64_t)r * (nc - 1) + slot) * hv, lg, (size_t)hv * sizeof(float));
+        if (!p->row_status[r]) {
+            drama_error *re = p->row_errs ? &p->row_errs[r] : NULL;
+            p->row_status[r] = p->pick(p->pick_ctx, r, slot + 1, lg, (int)hv, &code, re);
+            if (!p->row_status[r] && (code < 0 || code >= hv))
+                p->row_status[r] = dr_fail(re, DRAMA_EINTERNAL, "tower: codebook %d pick %d outside [0, %lld)", slot + 1,
+                                           code, (long long)hv);
+            if (p->row_status[r]) code = 0; /* the row is lost; keep the others going */
+        }
+        p->cur[(int64_t)k * nc + slot + 1] = code;
+        p->codes[(int64_t)r * nc + slot + 1] = code;
+    }
+    p->st = dr_bk_upload(p->be, p->w->codes, p->cur, (size_t)(p->na * nc) * sizeof(int32_t), p->err);
 }
 
 drama_status dr_tower_generate_many(const dr_tower *t, dr_tower_cache *const *caches, int n, const float *h,
@@ -228,79 +281,68 @@ drama_status dr_tower_generate_many(const dr_tower *t, dr_tower_cache *const *ca
                                     float *head_logits, drama_status *row_status, drama_error *row_errs,
                                     dr_pool *pool, drama_error *err) {
     const dr_tower_dims *d = &t->d;
-    int64_t D = d->dim, hv = d->head_vocab, nc = d->num_codebooks, in_w = t->input_dim;
+    int64_t hv = d->head_vocab, nc = d->num_codebooks, in_w = t->input_dim;
     if (n <= 0) return DRAMA_OK;
+    for (int r = 1; r < n; r++)
+        if (caches[r]->be != caches[0]->be)
+            return dr_fail(err, DRAMA_EINVAL, "tower: caches %d and 0 live on different backends", r);
     drama_status st = DRAMA_OK;
-    scratch s;
-    memset(&s, 0, sizeof s);
+    host_be hb;
+    dr_backend *be = host_begin(&hb, caches[0]->be, pool);
+    dr_tower_ws *w = NULL;
     /* rows that can run: finite input; a failing row keeps its status and is left out */
-    int *act = dr_calloc((size_t)n, sizeof(int));
-    dr_tower_cache **cs = dr_calloc((size_t)n, sizeof *cs);
-    int64_t *pos = dr_calloc((size_t)n, sizeof *pos);
-    float *hin = alloc_f(n, in_w), *ga = alloc_f(n, D), *gb = alloc_f(n, D);
-    int32_t *cur = dr_calloc((size_t)n * nc, sizeof(int32_t));
-    uint8_t *m = dr_calloc((size_t)n, 1);
-    if (!act || !cs || !pos || !hin || !ga || !gb || !cur || !m) {
+    int *act = calloc((size_t)n, sizeof(int));
+    dr_seq_row *seq = calloc((size_t)n, sizeof *seq);
+    float *hin = malloc((size_t)n * in_w * sizeof(float)), *lg = malloc((size_t)n * hv * sizeof(float));
+    int32_t *cur = calloc((size_t)n * nc, sizeof(int32_t));
+    dr_op_status *rs = NULL;
+    if (!act || !seq || !hin || !lg || !cur) {
         st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory for %d rows", n);
         goto done;
     }
     int na = 0;
-    int64_t max_len = 1;
     for (int r = 0; r < n; r++) {
         for (int j = 0; j < nc; j++) codes[(int64_t)r * nc + j] = 0;
         codes[(int64_t)r * nc] = c0[r];
         row_status[r] = check_finite(h + r * in_w, in_w, "input hidden", row_errs ? &row_errs[r] : NULL);
-        if (!row_status[r]) row_status[r] = dr_tower_cache_reserve(caches[r], caches[r]->len + 1,
-                                                                   row_errs ? &row_errs[r] : NULL);
+        if (!row_status[r])
+            row_status[r] = dr_tower_cache_reserve(caches[r], caches[r]->len + 1, row_errs ? &row_errs[r] : NULL);
         if (row_status[r]) continue;
         act[na] = r;
-        cs[na] = caches[r];
-        pos[na] = caches[r]->len;
-        if (pos[na] + 1 > max_len) max_len = pos[na] + 1;
+        seq[na] = (dr_seq_row){caches[r]->seq, 0, NULL};
         memcpy(hin + (int64_t)na * in_w, h + r * in_w, (size_t)in_w * sizeof(float));
         cur[(int64_t)na * nc] = c0[r];
         na++;
     }
     if (!na) goto done;
-    if ((st = scratch_init(&s, t, na, max_len, pool, err))) goto done;
-    const float *in = hin;
-    for (int l = 0; l < t->n_layers; l++) {
-        int shared = l < d->n_shared, slot = shared ? 0 : l - d->n_shared;
-        for (int k = 0; k < na; k++) m[k] = (shared && d->shared_code_none) ? 0 : 1;
-        float *out = (l % 2) ? gb : ga;
-        if ((st = layer_forward(t, cs, pos, l, na, in, cur + slot, nc, m, slot, out, &s, pool, err))) goto done;
-        if (!shared) {
-            /* head slot predicts code slot+1 of every row, chosen per row before the next layer */
-            dr_cpu_matmul_rows(&t->heads[slot], 0, hv, out, na, s.heads, pool);
-            for (int k = 0; k < na; k++) {
-                int r = act[k], code = 0;
-                const float *lg = s.heads + (int64_t)k * hv;
-                if (head_logits) memcpy(head_logits + ((int64_t)r * (nc - 1) + slot) * hv, lg, (size_t)hv * sizeof(float));
-                if (!row_status[r]) {
-                    drama_error *re = row_errs ? &row_errs[r] : NULL;
-                    row_status[r] = pick(pick_ctx, r, slot + 1, lg, (int)hv, &code, re);
-                    if (!row_status[r] && (code < 0 || code >= hv))
-                        row_status[r] = dr_fail(re, DRAMA_EINTERNAL, "tower: codebook %d pick %d outside [0, %lld)",
-                                                slot + 1, code, (long long)hv);
-                    if (row_status[r]) code = 0; /* the row is lost; keep the others going */
-                }
-                cur[(int64_t)k * nc + slot + 1] = code;
-                codes[(int64_t)r * nc + slot + 1] = code;
-            }
-        }
-        in = out;
+    if ((st = dr_tower_ws_create(be, t, na, &w, err))) goto done;
+    if ((st = dr_bk_upload(be, w->seq, seq, (size_t)na * sizeof *seq, err))) goto done;
+    if ((st = dr_bk_upload(be, w->h, hin, (size_t)na * in_w * sizeof(float), err))) goto done;
+    if ((st = dr_bk_upload(be, w->codes, cur, (size_t)na * nc * sizeof(int32_t), err))) goto done;
+    dr_bk_zero(be, w->status, (size_t)na * sizeof(dr_op_status));
+    host_pick hp = {be, t, w, na, (int)nc, (int)hv, act, lg, cur, codes, head_logits, row_status, row_errs,
+                    pick, pick_ctx, DRAMA_OK, err};
+    dr_tower_chain(be, t, w, w->seq, na, w->h, w->codes, nc, w->status, pick_on_host, &hp);
+    if ((st = hp.st) || (st = dr_bk_sync(be, err))) goto done;
+    if (!(rs = malloc((size_t)na * sizeof *rs))) {
+        st = dr_fail(err, DRAMA_ENOMEM, "tower: out of memory for %d rows", n);
+        goto done;
     }
-    for (int k = 0; k < na; k++) cs[k]->len += 1;
+    if ((st = dr_bk_download(be, rs, w->status, (size_t)na * sizeof *rs, err))) goto done;
+    for (int k = 0; k < na; k++) {
+        int r = act[k];
+        if (rs[k].code && !row_status[r]) row_status[r] = dr_tower_status_fail(t, &rs[k], row_errs ? &row_errs[r] : NULL);
+        caches[r]->len += 1;
+    }
 done:
-    dr_free(act);
-    dr_free(cs);
-    dr_free(pos);
-    dr_free(hin);
-    dr_free(ga);
-    dr_free(gb);
-    dr_free(cur);
-    dr_free(m);
-    scratch_free(&s);
+    free(rs);
+    dr_tower_ws_free(w);
+    free(act);
+    free(seq);
+    free(hin);
+    free(lg);
+    free(cur);
+    host_done(&hb);
     return st;
 }
 

@@ -348,38 +348,37 @@ static void test_frame_cap_and_count(void **state) {
     assert_non_null(strstr(e.message, "top_p"));
 }
 
-/* A backbone wrapper that makes the end token win after `after` calls. */
+/* A CPU backend whose restricted logits (one call per backbone call: the prefill, then every
+ * frame) make the end token win after `after` calls. */
 typedef struct end_wrap {
-    dr_gen_backbone inner;
+    dr_backend be;
+    dr_backend_ops ops;
+    const dr_backend_ops *inner;
     int calls, after;
 } end_wrap;
 
-static drama_status wrap_create(void *impl, void **st, drama_error *err) {
-    end_wrap *w = impl;
-    return w->inner.state_create(w->inner.impl, st, err);
-}
-static void wrap_free(void *impl, void *st) {
-    end_wrap *w = impl;
-    w->inner.state_free(w->inner.impl, st);
-}
-static drama_status wrap_forward(void *impl, void *const *states, int n, const int32_t *const *rows, const int64_t *nr,
-                                 int pre, float *const *hidden, float *const *logits, drama_error *err) {
-    end_wrap *w = impl;
-    drama_status st = w->inner.forward(w->inner.impl, states, n, rows, nr, pre, hidden, logits, err);
-    if (!st && w->calls++ >= w->after)
-        for (int i = 0; i < n; i++)
-            if (logits[i]) logits[i][w->inner.n_candidates - 1] = 1e4f;
-    return st;
+static end_wrap *the_end_wrap;
+
+static void end_logits(dr_backend *be, const dr_weight *head, int64_t sem_row, int64_t n_sem, int64_t end_row,
+                       const float *x, int64_t n, float *logits) {
+    end_wrap *w = the_end_wrap;
+    w->inner->restricted_logits(be, head, sem_row, n_sem, end_row, x, n, logits);
+    if (w->calls++ >= w->after)
+        for (int64_t i = 0; i < n; i++) logits[i * (n_sem + 1) + n_sem] = 1e4f;
 }
 
 static void test_end_token(void **state) {
     fixture *f = *state;
-    end_wrap w = {f->lm1->model.bb, 0, 4};
-    dr_gen_model m = f->lm1->model;
-    m.bb.impl = &w;
-    m.bb.state_create = wrap_create;
-    m.bb.state_free = wrap_free;
-    m.bb.forward = wrap_forward;
+    end_wrap w = {.inner = f->lm1->be->ops, .after = 4};
+    w.ops = *w.inner;
+    w.ops.restricted_logits = end_logits;
+    w.be = *f->lm1->be;
+    w.be.ops = &w.ops;
+    w.be.destroy = NULL;
+    the_end_wrap = &w;
+    dr_gen_model m;
+    drama_error e = {0};
+    assert_int_equal(dr_gen_model_init(&m, &w.be, &f->lm1->bb, &f->lm1->tower, f->lm1->pool, &e), DRAMA_OK);
     dr_gen_options o;
     sampled_options(&o, 5, 0);
     o.allow_empty = 0;
@@ -397,6 +396,7 @@ static void test_end_token(void **state) {
     assert_int_equal(r.st, DRAMA_OK);
     assert_int_equal(r.fin, DR_FINISH_END_TOKEN);
     assert_int_equal(r.n, 0);
+    dr_gen_model_release(&m);
 }
 
 static int cancel_at_3(void *ctx, int64_t index, const int32_t *frame) {

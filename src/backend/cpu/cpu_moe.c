@@ -1,6 +1,6 @@
-/* backbone_moe.c - mixture of experts (MODEL.md 5.5): fp32 router softmax with pruned experts and
- * non-finite scores at -inf, deterministic top-k (ties to the lower id), renormalisation, SwiGLU
- * experts in their stored format, sigmoid-gated shared expert.
+/* cpu_moe.c - the MoE op on the CPU (MODEL.md 5.5; backend.h dr_moe_args): fp32 router softmax
+ * with pruned experts and non-finite scores at -inf, deterministic top-k (ties to the lower id),
+ * renormalisation, SwiGLU experts in their stored format, sigmoid-gated shared expert.
  *
  * Rows are grouped by expert ("groups": each selected expert with the rows that chose it, plus the
  * shared expert with every row), so each expert's weights are read once per call. All groups run
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "base/alloc.h"
-#include "model/backbone_internal.h"
 
 #define BLOCK 32 /* output rows per task */
 
@@ -80,22 +80,26 @@ static void down_task(void *vc, int64_t t, int worker) {
 }
 
 /* Routing of one row: fills ids[k] (original expert ids, -1 when fewer than k are eligible) and
- * weights[k]. s holds the row's router scores (pruned experts are set to -inf); probs is scratch [E]. */
-static drama_status route(const dr_bb_moe *m, const dr_bb_dims *d, float *s, float *probs, int *ids, float *weights,
-                          int layer, int64_t row, drama_error *err) {
-    for (int e = 0; e < d->E; e++)
-        if (m->slot[e] < 0) s[e] = -INFINITY;
-    if (dr_op_moe_route(s, d->E, d->topk, d->norm_topk, probs, ids, weights) == 0)
-        return dr_fail(err, DRAMA_ENUMERIC, "layer %d, row %lld: router produced no finite score", layer, (long long)row);
-    return DRAMA_OK;
+ * weights[k]. s holds the row's router scores (pruned experts are set to -inf); probs is scratch [E].
+ * A row without a finite score is marked in its status and routed to no expert. */
+static void route(const dr_moe_args *a, float *s, float *probs, int *ids, float *weights, dr_op_status *st) {
+    for (int e = 0; e < a->E; e++)
+        if (a->w->slot[e] < 0) s[e] = -INFINITY;
+    if (dr_op_moe_route(s, a->E, a->topk, a->norm_topk, probs, ids, weights) == 0 && !st->code) {
+        st->code = DRAMA_ENUMERIC;
+        st->fault = DR_FAULT_ROUTER;
+        st->a = a->layer;
+    }
 }
 
-drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, const float *x, float *out,
-                           drama_error *err) {
-    const dr_bb_dims *d = &b->bb->d;
-    const dr_bb_moe *m = &ly->moe;
-    int64_t n = b->n, H = d->H, I = d->I, Is = d->Is;
-    int E = d->E, k = d->topk;
+void dr_cpu_op_moe(dr_backend *be, const dr_moe_args *a) {
+    dr_pool *pool = dr_cpu_pool_of(be);
+    const dr_moe_weights *m = a->w;
+    const float *x = a->x;
+    float *out = a->out;
+    int64_t n = a->n, H = a->H, I = a->I, Is = a->Is;
+    int E = a->E, k = a->topk;
+    int n_workers = pool ? dr_pool_threads(pool) : 1;
     int64_t R = n * k + n; /* gathered rows: every (row, rank) plus the shared expert's n */
     float *scores = dr_alloc((size_t)(n * E) * sizeof(float));
     int *sel = malloc((size_t)(n * k) * sizeof(int));
@@ -110,16 +114,14 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
     float *act = dr_alloc((size_t)(R * (I > Is ? I : Is)) * sizeof(float));
     float *sg = dr_alloc((size_t)n * sizeof(float));
     int64_t scratch_ld = 2 * n * BLOCK;
-    float *scratch = dr_alloc((size_t)(b->n_workers * scratch_ld) * sizeof(float));
-    drama_status st = DRAMA_OK;
+    float *scratch = dr_alloc((size_t)(n_workers * scratch_ld) * sizeof(float));
     if (!scores || !sel || !wsel || !pos || !yr || !probs || !g || !t1 || !t2 || !xs || !ys || !act || !sg || !scratch) {
-        st = dr_fail(err, DRAMA_ENOMEM, "moe: out of memory for %lld rows", (long long)n);
+        for (int64_t j = 0; j < n * H; j++) out[j] = NAN; /* no memory: loud, never silent */
         goto done;
     }
 
-    dr_cpu_matmul(&m->router, x, n, scores, b->pool);
-    for (int64_t i = 0; i < n; i++)
-        if ((st = route(m, d, scores + i * E, probs, sel + i * k, wsel + i * k, layer, i, err))) goto done;
+    dr_cpu_matmul(&m->router, x, n, scores, pool);
+    for (int64_t i = 0; i < n; i++) route(a, scores + i * E, probs, sel + i * k, wsel + i * k, &a->status[i]);
 
     /* Groups: selected experts in id order, each with its rows in row order; then the shared expert. */
     int ng = 0;
@@ -136,7 +138,7 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
                     next++;
                 }
         if (next == first) continue;
-        const dr_bb_expert *ex = &m->experts[slot];
+        const dr_moe_expert *ex = &m->experts[slot];
         g[ng] = (group){ex->fused ? NULL : &ex->gate, ex->fused ? NULL : &ex->up, ex->fused ? &ex->gate_up : NULL,
                         &ex->down, I, first, next - first, act_off};
         act_off += (next - first) * I;
@@ -152,11 +154,11 @@ drama_status dr_bb_moe_run(const bb_batch *b, const dr_bb_layer *ly, int layer, 
         t2[i + 1] = t2[i] + (H + BLOCK - 1) / BLOCK;
     }
     moe_ctx c = {g, ng, H, xs, act, ys, t1, t2, scratch, scratch_ld};
-    dr_pool_run(b->pool, t1[ng], gate_up_task, &c);
-    dr_pool_run(b->pool, t2[ng], down_task, &c);
+    dr_pool_run(pool, t1[ng], gate_up_task, &c);
+    dr_pool_run(pool, t2[ng], down_task, &c);
 
     /* Each row: routed experts in rank order, then the gated shared expert. */
-    dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, b->pool);
+    dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, pool);
     for (int64_t i = 0; i < n; i++) {
         for (int r = 0; r < k; r++) yr[r] = pos[i * k + r] < 0 ? NULL : ys + pos[i * k + r] * H;
         dr_op_moe_combine(yr, wsel + i * k, k, ys + (shared_first + i) * H, sg[i], H, out + i * H);
@@ -176,5 +178,4 @@ done:
     dr_free(act);
     dr_free(sg);
     dr_free(scratch);
-    return st;
 }

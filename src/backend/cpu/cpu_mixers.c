@@ -1,0 +1,160 @@
+/* cpu_mixers.c - the attention and DeltaNet ops on the CPU (backend.h: dr_attn_args,
+ * dr_gdn_args). Work is split by (row, head) for attention and by conv channel block / value
+ * head for DeltaNet; each DeltaNet task walks the rows in order, so a prefill runs the
+ * recurrence row by row and equals the same rows as single steps bit for bit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
+#include "base/alloc.h"
+
+static int held(const dr_seq_row *r) { return r->hold && *r->hold; }
+static int64_t row_pos(const dr_seq_row *r) { return r->seq->pos + r->off; }
+
+/* ---------------- attention ---------------- */
+
+typedef struct attn_ctx {
+    const dr_attn_args *a;
+    float *scratch;     /* [n_workers][max_pos] */
+    int64_t max_pos;
+} attn_ctx;
+
+/* Task t = row * nh + head: attend over positions 0..pos of the row's sequence. */
+static void attend_task(void *vctx, int64_t t, int worker) {
+    const attn_ctx *c = vctx;
+    const dr_attn_args *a = c->a;
+    int64_t row = t / a->nh;
+    int j = (int)(t % a->nh);
+    int m = j / (a->nh / a->nkv);
+    const dr_seq *s = a->rows[row].seq;
+    const float *q = a->q + row * a->q_stride + (int64_t)j * a->q_head_stride;
+    float *o = a->out + row * (int64_t)a->nh * a->hd + (int64_t)j * a->hd;
+    const float *k = dr_seq_k(s, a->layer) + (int64_t)m * a->hd, *v = dr_seq_v(s, a->layer) + (int64_t)m * a->hd;
+    float *scratch = c->scratch + (int64_t)worker * c->max_pos;
+    if (a->f64) {
+        dr_op_attend_f64(q, k, v, row_pos(&a->rows[row]) + 1, s->kv_dim, a->hd, 1.0 / sqrt((double)a->hd), scratch, o);
+    } else {
+        dr_op_attend(q, k, v, row_pos(&a->rows[row]) + 1, s->kv_dim, a->hd, 1.0f / sqrtf((float)a->hd), scratch, o);
+        if (a->gated) dr_op_sigmoid_mul(o, q + a->hd, a->hd);
+    }
+}
+
+static void rope(const dr_attn_args *a, float *x, const float *cs) {
+    if (a->rope_interleaved) dr_op_rope_interleaved(x, a->rope_half, cs, cs + a->rope_half);
+    else dr_op_rope_half(x, a->rope_half, cs, cs + a->rope_half);
+}
+
+void dr_cpu_op_attention(dr_backend *be, const dr_attn_args *a) {
+    dr_pool *pool = dr_cpu_pool_of(be);
+    int n_workers = pool ? dr_pool_threads(pool) : 1;
+    int64_t n = a->n, hd = a->hd, kvd = (int64_t)a->nkv * hd;
+    int64_t max_pos = 0;
+    double work = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = row_pos(&a->rows[i]) + 1;
+        if (p > max_pos) max_pos = p;
+        work += (double)a->nh * (double)p * hd;
+    }
+    float *scratch = dr_alloc((size_t)(n_workers * (max_pos > 0 ? max_pos : 1)) * sizeof(float));
+    float *cs = malloc((size_t)(2 * (a->rope_half > 0 ? a->rope_half : 1)) * sizeof(float));
+    if (!scratch || !cs) {
+        for (int64_t j = 0; j < n * a->nh * hd; j++) a->out[j] = NAN; /* no memory: loud, never silent */
+        dr_free(scratch);
+        free(cs);
+        return;
+    }
+    /* norm + RoPE per row, then append K/V at the row's position (all appends before any attend,
+     * so rows of one prefill see each other causally); a held row's cache slot past its length
+     * is overwritten by whatever next fills that position */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = row_pos(&a->rows[i]);
+        dr_op_rope_cos_sin(a->rope_freq, a->rope_half, p, cs, cs + a->rope_half);
+        for (int j = 0; j < a->nh; j++) {
+            float *qh = a->q + i * a->q_stride + (int64_t)j * a->q_head_stride;
+            if (a->q_norm) dr_op_rms_norm(qh, a->q_norm, a->eps, hd, qh);
+            rope(a, qh, cs);
+        }
+        for (int m = 0; m < a->nkv; m++) {
+            float *kh = a->k + i * a->kv_stride + (int64_t)m * hd;
+            if (a->k_norm) dr_op_rms_norm(kh, a->k_norm, a->eps, hd, kh);
+            rope(a, kh, cs);
+        }
+        dr_seq *s = a->rows[i].seq;
+        memcpy(dr_seq_k(s, a->layer) + p * s->kv_dim, a->k + i * a->kv_stride, (size_t)kvd * sizeof(float));
+        memcpy(dr_seq_v(s, a->layer) + p * s->kv_dim, a->v + i * a->kv_stride, (size_t)kvd * sizeof(float));
+    }
+    attn_ctx c = {a, scratch, max_pos};
+    /* the tower's small attention (short context, tiny heads) costs less than waking the workers;
+     * the result is the same either way (one (row, head) per index) */
+    dr_pool_run(a->f64 && work < 65536.0 ? NULL : pool, n * a->nh, attend_task, &c);
+    dr_free(scratch);
+    free(cs);
+}
+
+/* ---------------- DeltaNet ---------------- */
+
+#define CONV_BLOCK 256
+
+typedef struct gdn_ctx {
+    const dr_gdn_args *a;
+    int64_t C;
+    float *mem;      /* [nv][dv] scratch, one per value head */
+} gdn_ctx;
+
+static void conv_task(void *vctx, int64_t blk, int worker) {
+    (void)worker;
+    const gdn_ctx *c = vctx;
+    const dr_gdn_args *a = c->a;
+    int64_t c0 = blk * CONV_BLOCK, c1 = c0 + CONV_BLOCK < c->C ? c0 + CONV_BLOCK : c->C;
+    for (int64_t i = 0; i < a->n; i++) {
+        if (held(&a->rows[i])) continue;
+        const dr_seq *s = a->rows[i].seq;
+        float *y = a->y + i * c->C;
+        dr_op_conv_step(s->conv + (int64_t)a->layer * s->conv_len, a->u + i * c->C, a->conv_w, a->conv_b, a->K, c->C,
+                        c0, c1, y);
+        dr_op_silu(y + c0, c1 - c0);
+    }
+}
+
+static void head_task(void *vctx, int64_t h, int worker) {
+    (void)worker;
+    const gdn_ctx *c = vctx;
+    const dr_gdn_args *a = c->a;
+    int64_t qk = (int64_t)a->nk * a->dk;
+    int kh = (int)(h / (a->nv / a->nk));
+    for (int64_t i = 0; i < a->n; i++) {
+        if (held(&a->rows[i])) continue;
+        const dr_seq *s = a->rows[i].seq;
+        const float *y = a->y + i * c->C;
+        float *S = s->rec + (int64_t)a->layer * s->rec_len + h * (int64_t)a->dk * a->dv;
+        dr_op_gdn_step(S, y + (int64_t)kh * a->dk, y + qk + (int64_t)kh * a->dk, y + 2 * qk + h * a->dv,
+                       a->a[i * a->nv + h], a->b[i * a->nv + h], a->dk, a->dv, c->mem + h * a->dv,
+                       a->out + i * (int64_t)a->nv * a->dv + h * a->dv);
+    }
+}
+
+void dr_cpu_op_deltanet(dr_backend *be, const dr_gdn_args *a) {
+    dr_pool *pool = dr_cpu_pool_of(be);
+    int64_t n = a->n, nv = a->nv, vd = nv * a->dv, qk = (int64_t)a->nk * a->dk, C = 2 * qk + vd;
+    float *mem = dr_alloc((size_t)vd * sizeof(float));
+    if (!mem) {
+        for (int64_t j = 0; j < n * vd; j++) a->out[j] = NAN;
+        return;
+    }
+    gdn_ctx c = {a, C, mem};
+    dr_pool_run(pool, (C + CONV_BLOCK - 1) / CONV_BLOCK, conv_task, &c);
+    /* q, k l2-normalised per key head (q also scaled by 1/sqrt(dk)); gates per value head */
+    float qscale = 1.0f / sqrtf((float)a->dk);
+    for (int64_t i = 0; i < n; i++) {
+        float *yi = a->y + i * C;
+        for (int h = 0; h < a->nk; h++) {
+            dr_op_l2norm(yi + (int64_t)h * a->dk, a->dk, 1e-6f, qscale);
+            dr_op_l2norm(yi + qk + (int64_t)h * a->dk, a->dk, 1e-6f, 1.0f);
+        }
+        dr_op_gdn_gates(a->a + i * nv, a->b + i * nv, a->neg_A, a->dt_bias, nv); /* g (log decay <= 0), beta */
+    }
+    dr_pool_run(pool, nv, head_task, &c);
+    dr_free(mem);
+}

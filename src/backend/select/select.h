@@ -1,0 +1,26 @@
+/* select.h - choosing a backend: `--backend cpu|cuda|auto` and `--device N`.
+ * auto = CUDA when this build has the CUDA backend and a usable GPU is present, else the CPU;
+ * cuda without one fails with the reason (no CUDA in this build, no device, device index out of
+ * range, or the backend cannot run the model). */
+#ifndef DRAMA_BACKEND_SELECT_SELECT_H
+#define DRAMA_BACKEND_SELECT_SELECT_H
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "base/pool.h"
+
+typedef enum dr_backend_want { DR_WANT_AUTO = 0, DR_WANT_CPU = 1, DR_WANT_CUDA = 2 } dr_backend_want;
+
+typedef struct dr_backend_choice {
+    dr_backend_want want;
+    int device;               /* GPU index (CUDA); 0 by default */
+} dr_backend_choice;
+
+/* "cpu", "cuda" or "auto"; the error names the value. */
+drama_status dr_backend_parse(const char *name, dr_backend_want *out, drama_error *err);
+const char *dr_backend_want_name(dr_backend_want w);
+
+/* Opens the chosen backend (pool: the CPU backend's threads, not owned). Free with dr_backend_free. */
+drama_status dr_backend_open(const dr_backend_choice *c, dr_pool *pool, dr_backend **out, drama_error *err);
+
+#endif
