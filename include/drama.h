@@ -61,11 +61,17 @@ const char *drama_git_commit(void);   /* commit the library was built from */
 typedef struct drama_model drama_model;
 typedef struct drama_session drama_session;
 
+/* Where the model runs. AUTO: CUDA when the library has the CUDA backend and a usable GPU is
+ * present, else the CPU; CUDA without one fails at the first request, naming the reason. */
+typedef enum drama_backend { DRAMA_BACKEND_AUTO = 0, DRAMA_BACKEND_CPU = 1, DRAMA_BACKEND_CUDA = 2 } drama_backend;
+
 typedef struct drama_model_options {
     int threads;             /* worker threads; 0 = all online CPUs */
     int low_memory;          /* 1: backbone and tower are mapped only while generating and
                                 released before decoding (three phases); 0: kept resident */
     const char *const *set;  /* NULL-terminated "switch=value" overrides (MODEL.md 10), or NULL */
+    drama_backend backend;   /* default DRAMA_BACKEND_AUTO */
+    int device;              /* GPU index for CUDA (default 0) */
 } drama_model_options;
 
 void drama_model_options_default(drama_model_options *opt);

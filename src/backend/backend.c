@@ -23,12 +23,20 @@ drama_status dr_draw_fail(const dr_op_status *s, const char *what_override, dram
     }
 }
 
-drama_status dr_bk_alloc_n(dr_backend *be, size_t count, size_t size, void **out, drama_error *err) {
+static drama_status alloc_n(dr_backend *be, size_t count, size_t size, int zeroed, void **out, drama_error *err) {
     size_t bytes;
     *out = NULL;
     if (!dr_mul_size(count, size, &bytes))
         return dr_fail(err, DRAMA_ENOMEM, "%s backend: %zu x %zu bytes overflow", be->name, count, size);
-    return be->ops->alloc(be, bytes ? bytes : 1, out, err);
+    return be->ops->alloc(be, bytes ? bytes : 1, zeroed, out, err);
+}
+
+drama_status dr_bk_alloc_n(dr_backend *be, size_t count, size_t size, void **out, drama_error *err) {
+    return alloc_n(be, count, size, 1, out, err);
+}
+
+drama_status dr_bk_alloc_scratch(dr_backend *be, size_t count, size_t size, void **out, drama_error *err) {
+    return alloc_n(be, count, size, 0, out, err);
 }
 
 void dr_bk_copy_kv(dr_backend *be, float *dst, int64_t dst_cap, const float *src, int64_t src_cap, int n_layers,

@@ -261,9 +261,9 @@ typedef struct dr_upload_plan {
 typedef void (*dr_region_fn)(void *ctx);
 
 typedef struct dr_backend_ops {
-    /* --- memory: zeroed on alloc; upload/download are synchronous (download waits for queued
-     * work); copy and zero are queued --- */
-    drama_status (*alloc)(dr_backend *be, size_t bytes, void **out, drama_error *err);
+    /* --- memory: zeroed on alloc when `zeroed`, else uninitialised (workspaces); upload/download
+     * are synchronous (download waits for queued work); copy and zero are queued --- */
+    drama_status (*alloc)(dr_backend *be, size_t bytes, int zeroed, void **out, drama_error *err);
     void (*free)(dr_backend *be, void *p);
     drama_status (*upload)(dr_backend *be, void *dst, const void *src, size_t bytes, drama_error *err);
     drama_status (*download)(dr_backend *be, void *dst, const void *src, size_t bytes, drama_error *err);
@@ -351,11 +351,13 @@ void dr_backend_free(dr_backend *be);
 
 /* ---------------- calls as the model writes them ---------------- */
 
+/* zeroed memory */
 static inline drama_status dr_bk_alloc(dr_backend *be, size_t bytes, void **out, drama_error *err) {
-    return be->ops->alloc(be, bytes, out, err);
+    return be->ops->alloc(be, bytes, 1, out, err);
 }
-/* count elements of size bytes each, overflow checked */
+/* count elements of size bytes each, overflow checked; zeroed, or uninitialised (scratch) */
 drama_status dr_bk_alloc_n(dr_backend *be, size_t count, size_t size, void **out, drama_error *err);
+drama_status dr_bk_alloc_scratch(dr_backend *be, size_t count, size_t size, void **out, drama_error *err);
 static inline void dr_bk_free(dr_backend *be, void *p) {
     if (p) be->ops->free(be, p);
 }

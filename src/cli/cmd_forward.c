@@ -25,12 +25,13 @@
 #include "model/backbone.h"
 #include "model/loader.h"
 #include "model/state.h"
+#include "model/upload.h"
 #include "text/prompt.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: drama forward --model DIR --rows ROWS.json --dump OUT.safetensors [--threads N]\n"
-               "                     [--set name=value]... [--trace] [--nll]\n\n"
+               "                     [--backend cpu|cuda|auto] [--device N] [--set name=value]... [--trace] [--nll]\n\n"
                "Runs the backbone over ROWS.json (first \"prefill\" rows in one call, then one decode step\n"
                "per row) and writes hidden [rows, H] and logits [rows, n_semantic + 1] (end token last).\n"
                "--trace adds embeds [rows, H] and layer_out [layers, rows, H].\n"
@@ -149,7 +150,8 @@ static drama_status write_dump(const char *path, const fwd *f, int64_t rows, int
 
 int cmd_forward(int argc, char **argv) {
     const char *dir = NULL, *rows_path = NULL, *dump = NULL;
-    int threads = 0, trace = 0, n_sets = 0, want_nll = 0;
+    int threads = 0, trace = 0, n_sets = 0, want_nll = 0, b;
+    dr_backend_choice backend = {DR_WANT_AUTO, 0};
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     if (!sets) return DR_EXIT_ERROR;
     for (int i = 1; i < argc; i++) {
@@ -164,6 +166,12 @@ int cmd_forward(int argc, char **argv) {
         else if (!strcmp(a, "--dump") && has) dump = argv[++i];
         else if (!strcmp(a, "--set") && has) sets[n_sets++] = argv[++i];
         else if (!strcmp(a, "--trace")) trace = 1;
+        else if ((b = dr_cli_backend_arg("forward", argc, argv, &i, &backend)) != 0) {
+            if (b < 0) {
+                free(sets);
+                return DR_EXIT_USAGE;
+            }
+        }
         else if (!strcmp(a, "--nll")) want_nll = 1;
         else if (!strcmp(a, "--threads") && has) {
             char *end;
@@ -191,6 +199,7 @@ int cmd_forward(int argc, char **argv) {
     dr_rows rows = {0};
     dr_pool *pool = NULL;
     dr_bb_state *st = NULL;
+    dr_backend *be = NULL;
     float *hidden = NULL, *logits = NULL, *embeds = NULL, *layer_out = NULL, *step_layers = NULL, *nll = NULL;
     int rc = DR_EXIT_ERROR;
     if (fwd_open(&f, dir, sets, n_sets, &err)) {
@@ -205,10 +214,13 @@ int cmd_forward(int argc, char **argv) {
         goto out;
     }
     pool = dr_pool_create(threads);
-    if (!pool || dr_bb_state_create(&f.bb, n, &st, &err)) {
-        if (!pool) dr_fail(&err, DRAMA_ENOMEM, "cannot start threads");
+    if (!pool) {
+        dr_fail(&err, DRAMA_ENOMEM, "cannot start threads");
         goto out;
     }
+    if (dr_backend_open(&backend, pool, &be, &err) || dr_model_upload(be, &f.bb, NULL, &err) ||
+        dr_bb_state_create_on(be, &f.bb, n, &st, &err))
+        goto out;
     hidden = dr_calloc((size_t)(n > 0 ? n : 1) * (size_t)H, sizeof(float));
     logits = dr_calloc((size_t)(n > 0 ? n : 1) * (size_t)nl, sizeof(float));
     if (trace) {
@@ -262,6 +274,7 @@ out:
     dr_free(step_layers);
     free(nll);
     dr_bb_state_free(st);
+    dr_backend_free(be);
     dr_pool_free(pool);
     dr_rows_free(&rows);
     fwd_close(&f);

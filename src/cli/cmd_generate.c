@@ -61,6 +61,8 @@ static void usage(FILE *f) {
             "  --cfg-mode M          paired (one batched step, default) or separate\n"
             "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
             "  --threads N           worker threads (default: all CPUs)\n"
+            "  --backend B           cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
+            "  --device N            GPU index for cuda (default 0)\n"
             "  --set name=value      engine switch override (repeatable)\n"
             "  --dump FILE           also write frames, sem_logits, hidden, head_logits (safetensors, the\n"
             "                        layout of the golden e2e files)\n"
@@ -190,12 +192,16 @@ int cmd_generate(int argc, char **argv) {
     double dv;
     dr_gen_options o;
     dr_gen_options_default(&o);
+    dr_backend_choice backend = {DR_WANT_AUTO, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return DR_EXIT_OK;
         }
+        int b = dr_cli_backend_arg("generate", argc, argv, &i, &backend);
+        if (b < 0) return DR_EXIT_USAGE;
+        if (b) continue;
         if (!strcmp(a, "--score")) {
             score_only = 1;
             continue;
@@ -261,7 +267,7 @@ int cmd_generate(int argc, char **argv) {
         if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
         fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
     }
-    if ((st = dr_gen_lm_open(model, sets, n_sets, threads, NULL, &lm, &err))) goto done;
+    if ((st = dr_gen_lm_open_on(model, sets, n_sets, threads, NULL, &backend, &lm, &err))) goto done;
     int nc = lm->tower.d.num_codebooks;
     col.nc = nc;
     if ((st = dr_rows_read(rows_path, nc + 1, &rows, &err))) goto done;

@@ -50,6 +50,7 @@ typedef struct synth_args {
     int progress_json, quiet, low_memory, max_frames_given;
     drama_request req;
     int threads;
+    dr_backend_choice backend;
 } synth_args;
 
 /* ---- signals: the first SIGINT/SIGTERM cancels between frames; a second one exits at once,
@@ -103,6 +104,7 @@ static void usage(FILE *f) {
             "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
             "  --context N               context rows before old batches leave the history (8192)\n"
             "  --threads N               worker threads (default: all CPUs)\n"
+            DR_CLI_BACKEND_HELP
             "  --stream                  write audio while generating\n"
             "  --stream-chunk-frames N   frames per streamed chunk (default: small first, then larger)\n"
             "  --low-memory              encode / generate / decode as separate phases, releasing the\n"
@@ -245,6 +247,9 @@ static int parse_args(int argc, char **argv, synth_args *a) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.chunk_tokens))) return rc;
         } else if (!strcmp(name, "--threads")) {
             if ((rc = parse_int(name, v, 1, 4096, &a->threads))) return rc;
+        } else if ((rc = dr_cli_backend_value("synthesize", name, v, &a->backend)) != 0) {
+            if (rc < 0) return DR_EXIT_USAGE;
+            rc = 0;
         } else if (!strcmp(name, "--stream-chunk-frames")) {
             if ((rc = parse_int(name, v, 1, 1000000, &a->req.stream_chunk_frames))) return rc;
         } else if (!strcmp(name, "--set")) {
@@ -553,6 +558,8 @@ int cmd_synthesize(int argc, char **argv) {
     drama_model_options_default(&mo);
     mo.threads = a.threads;
     mo.low_memory = a.low_memory;
+    mo.backend = (drama_backend)a.backend.want; /* the same values */
+    mo.device = a.backend.device;
     a.sets[a.n_sets] = NULL;
     mo.set = a.n_sets ? a.sets : NULL;
     st = drama_model_open(&model, a.model_dir, &mo, &err);

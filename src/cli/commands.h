@@ -3,6 +3,8 @@
 #ifndef DRAMA_CLI_COMMANDS_H
 #define DRAMA_CLI_COMMANDS_H
 
+#include "backend/select/select.h"
+
 int cmd_inspect(int argc, char **argv);     /* cmd_inspect.c */
 int cmd_make_model(int argc, char **argv);  /* cmd_make_model.c */
 int cmd_verify(int argc, char **argv);      /* cmd_verify.c: SHA-256 against a manifest */
@@ -15,6 +17,15 @@ int cmd_synthesize(int argc, char **argv);  /* cmd_synthesize.c */
 int cmd_contract(int argc, char **argv);    /* cmd_contract.c */
 int cmd_optimize(int argc, char **argv);    /* cmd_optimize.c */
 int cmd_pull(int argc, char **argv);        /* cmd_pull.c: download + verify from a hub */
+
+/* `--backend cpu|cuda|auto` / `--device N` at argv[*i] (cli_backend.c): 1 = taken (*i at its
+ * value), 0 = not one of them, -1 = bad or missing value (printed; exit DR_EXIT_USAGE). The
+ * _value form takes the flag and its value (NULL: missing) separately. */
+int dr_cli_backend_arg(const char *cmd, int argc, char **argv, int *i, dr_backend_choice *c);
+int dr_cli_backend_value(const char *cmd, const char *flag, const char *value, dr_backend_choice *c);
+#define DR_CLI_BACKEND_HELP                                                                                            \
+    "  --backend B               cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"             \
+    "  --device N                GPU index for cuda (default 0)\n"
 
 /* Exit statuses shared by all commands. */
 enum {

@@ -259,7 +259,8 @@ static drama_status prefill_ws(const dr_gen_model *m, int64_t n, drama_error *er
         if (c->hbuf) dr_bk_free(m->be, c->hbuf);
         c->hbuf = NULL;
         c->hbuf_rows = 0;
-        if ((st = dr_bk_alloc_n(m->be, (size_t)(n + 1) * (size_t)m->bb.hidden_dim, sizeof(float), (void **)&c->hbuf, err)))
+        if ((st = dr_bk_alloc_scratch(m->be, (size_t)(n + 1) * (size_t)m->bb.hidden_dim, sizeof(float), (void **)&c->hbuf,
+                                      err)))
             return st;
         c->hbuf_rows = n + 1;
     }

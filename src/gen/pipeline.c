@@ -126,6 +126,9 @@ drama_status drama_model_open(drama_model **out, const char *dir, const drama_mo
         opt = &def;
     }
     if (opt->threads < 0) return dr_fail(err, DRAMA_EINVAL, "threads: %d must not be negative", opt->threads);
+    if (opt->backend < DRAMA_BACKEND_AUTO || opt->backend > DRAMA_BACKEND_CUDA)
+        return dr_fail(err, DRAMA_EINVAL, "backend: %d is not a drama_backend value", (int)opt->backend);
+    if (opt->device < 0) return dr_fail(err, DRAMA_EINVAL, "device: %d must not be negative", opt->device);
     return dr_pl_model_open(out, dir, opt, err);
 }
 

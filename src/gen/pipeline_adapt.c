@@ -27,6 +27,8 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
     m->dir = strdup(dir);
     m->threads = opt->threads;
     m->low_memory = opt->low_memory;
+    /* drama_backend and dr_backend_want share their values */
+    m->backend = (dr_backend_choice){(dr_backend_want)opt->backend, opt->device};
     if (!m->dir) st = dr_fail(err, DRAMA_ENOMEM, "out of memory opening %s", dir);
     for (int i = 0; st == DRAMA_OK && opt->set && opt->set[i]; i++) {
         char **s = realloc(m->sets, (size_t)(m->n_sets + 1) * sizeof *s);

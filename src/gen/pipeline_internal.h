@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "backend/select/select.h"
 #include "base/pool.h"
 #include "codec/codec.h"
 #include "drama.h"
@@ -19,6 +20,7 @@ struct drama_model {
     char *dir;
     int threads;
     int low_memory;
+    dr_backend_choice backend; /* where the language model runs */
     char **sets;      /* copies of the --set overrides */
     int n_sets;
     dr_config *cfg;

@@ -38,7 +38,7 @@ drama_status dr_tower_ws_create(dr_backend *be, const dr_tower *t, int64_t rows,
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         size_t count;
         drama_status st = dr_mul_size((size_t)w->rows, (size_t)(parts[i].count > 0 ? parts[i].count : 1), &count)
-                              ? dr_bk_alloc_n(be, count, parts[i].size, parts[i].p, err)
+                              ? dr_bk_alloc_scratch(be, count, parts[i].size, parts[i].p, err)
                               : dr_fail(err, DRAMA_ENOMEM, "tower workspace: %lld rows overflow", (long long)rows);
         if (st) {
             dr_tower_ws_free(w);

@@ -14,9 +14,9 @@
 
 /* ---------------- memory ---------------- */
 
-static drama_status cpu_alloc(dr_backend *be, size_t bytes, void **out, drama_error *err) {
+static drama_status cpu_alloc(dr_backend *be, size_t bytes, int zeroed, void **out, drama_error *err) {
     (void)be;
-    *out = dr_calloc(bytes ? bytes : 1, 1);
+    *out = zeroed ? dr_calloc(bytes ? bytes : 1, 1) : dr_alloc(bytes ? bytes : 1);
     if (!*out) return dr_fail(err, DRAMA_ENOMEM, "cpu backend: out of memory for %zu bytes", bytes);
     return DRAMA_OK;
 }

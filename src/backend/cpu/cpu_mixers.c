@@ -109,9 +109,12 @@ static void conv_task(void *vctx, int64_t blk, int worker) {
     const dr_gdn_args *a = c->a;
     int64_t c0 = blk * CONV_BLOCK, c1 = c0 + CONV_BLOCK < c->C ? c0 + CONV_BLOCK : c->C;
     for (int64_t i = 0; i < a->n; i++) {
-        if (held(&a->rows[i])) continue;
-        const dr_seq *s = a->rows[i].seq;
         float *y = a->y + i * c->C;
+        if (held(&a->rows[i])) { /* state untouched; the row's outputs are zeros */
+            memset(y + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+            continue;
+        }
+        const dr_seq *s = a->rows[i].seq;
         dr_op_conv_step(s->conv + (int64_t)a->layer * s->conv_len, a->u + i * c->C, a->conv_w, a->conv_b, a->K, c->C,
                         c0, c1, y);
         dr_op_silu(y + c0, c1 - c0);
@@ -125,7 +128,10 @@ static void head_task(void *vctx, int64_t h, int worker) {
     int64_t qk = (int64_t)a->nk * a->dk;
     int kh = (int)(h / (a->nv / a->nk));
     for (int64_t i = 0; i < a->n; i++) {
-        if (held(&a->rows[i])) continue;
+        if (held(&a->rows[i])) {
+            memset(a->out + i * (int64_t)a->nv * a->dv + h * a->dv, 0, (size_t)a->dv * sizeof(float));
+            continue;
+        }
         const dr_seq *s = a->rows[i].seq;
         const float *y = a->y + i * c->C;
         float *S = s->rec + (int64_t)a->layer * s->rec_len + h * (int64_t)a->dk * a->dv;

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/pool.h"
 
+/* the values of drama_backend (include/drama.h) */
 typedef enum dr_backend_want { DR_WANT_AUTO = 0, DR_WANT_CPU = 1, DR_WANT_CUDA = 2 } dr_backend_want;
 
 typedef struct dr_backend_choice {
