@@ -48,6 +48,25 @@ void dr_bk_copy_kv(dr_backend *be, float *dst, int64_t dst_cap, const float *src
                        used);
 }
 
+drama_status dr_bk_grow_kv(dr_backend *be, float **kv, int64_t *cap, int64_t need, int n_layers, int64_t kv_dim,
+                           int64_t len, const char *what, drama_error *err) {
+    if (need <= *cap) return DRAMA_OK;
+    int64_t c = *cap > 0 ? *cap : 64;
+    while (c < need) c *= 2;
+    size_t layer, bytes;
+    if (!dr_mul_size((size_t)c, (size_t)kv_dim * sizeof(float), &layer) ||
+        !dr_mul_size(layer, (size_t)2 * (size_t)(n_layers > 0 ? n_layers : 1), &bytes))
+        return dr_fail(err, DRAMA_ENOMEM, "%s: %lld positions overflow", what, (long long)need);
+    float *nkv;
+    if (be->ops->alloc(be, bytes, 1, (void **)&nkv, NULL))
+        return dr_fail(err, DRAMA_ENOMEM, "%s: cannot grow the K/V cache to %lld positions", what, (long long)c);
+    if (*kv) dr_bk_copy_kv(be, nkv, c, *kv, *cap, n_layers, kv_dim, len);
+    if (*kv) be->ops->free(be, *kv);
+    *kv = nkv;
+    *cap = c;
+    return DRAMA_OK;
+}
+
 void dr_backend_free(dr_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }

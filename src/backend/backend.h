@@ -378,6 +378,10 @@ static inline drama_status dr_bk_sync(dr_backend *be, drama_error *err) { return
  * capacities may differ). Queued. */
 void dr_bk_copy_kv(dr_backend *be, float *dst, int64_t dst_cap, const float *src, int64_t src_cap, int n_layers,
                    int64_t kv_dim, int64_t len);
+/* A K/V block with room for `need` positions (capacity doubled from max(*cap, 64)), positions
+ * [0, len) kept; *kv and *cap replaced. `what` names the cache in errors. */
+drama_status dr_bk_grow_kv(dr_backend *be, float **kv, int64_t *cap, int64_t need, int n_layers, int64_t kv_dim,
+                           int64_t len, const char *what, drama_error *err);
 
 static inline void dr_bk_matmul(dr_backend *be, const dr_weight *w, const float *x, int64_t n, float *y) {
     be->ops->matmul(be, w, 0, w->rows, x, n, y);

@@ -175,24 +175,6 @@ drama_status dr_bb_status_fail(const dr_op_status *s, int64_t row, drama_error *
 
 /* ---------------- host calls ---------------- */
 
-/* The backend a host call runs on: the states', or a CPU backend over `pool` for states made
- * without one (released by host_done). */
-typedef struct host_be {
-    dr_backend cpu;
-    dr_cpu_backend impl;
-    dr_backend *be;
-} host_be;
-
-static dr_backend *host_begin(host_be *h, dr_backend *state_be, dr_pool *pool) {
-    if (state_be) return h->be = state_be;
-    dr_backend_cpu_init(&h->cpu, &h->impl, pool);
-    return h->be = &h->cpu;
-}
-
-static void host_done(host_be *h) {
-    if (h->be == &h->cpu) dr_backend_cpu_release(&h->cpu);
-}
-
 /* Runs rows [n][W] (host) of the states sts[i] (row i at its state's position + off[i]) through ws;
  * hidden_dev / pre-norm go to backend memory, hidden / logits to host memory (each may be NULL).
  * On success every state advances by its rows. */
@@ -261,8 +243,8 @@ static drama_status forward_chunks(const dr_backbone *bb, dr_bb_ws *ws, dr_bb_st
         return dr_fail(err, DRAMA_EINVAL, "backbone: semantic/end token ids not set (dr_backbone_set_tokens)");
     drama_status s = dr_bb_state_reserve(st, st->pos + n, err);
     if (s) return s;
-    host_be h;
-    dr_backend *be = host_begin(&h, st->be, pool);
+    dr_cpu_call h;
+    dr_backend *be = dr_cpu_call_begin(&h, st->be, pool);
     int64_t m = n < CHUNK ? n : CHUNK;
     dr_bb_ws *w = ws;
     if (w && w->rows < m) m = w->rows;
@@ -285,7 +267,7 @@ static drama_status forward_chunks(const dr_backbone *bb, dr_bb_ws *ws, dr_bb_st
     if (w != ws) dr_bb_ws_free(w);
     free(sts);
     free(off);
-    host_done(&h);
+    dr_cpu_call_end(&h);
     return s;
 }
 
@@ -324,8 +306,8 @@ drama_status dr_backbone_step_batch(const dr_backbone *bb, dr_bb_state *const *s
         drama_status s = dr_bb_state_reserve(states[i], states[i]->pos + 1, err);
         if (s) return s;
     }
-    host_be h;
-    dr_backend *be = host_begin(&h, states[0]->be, pool);
+    dr_cpu_call h;
+    dr_backend *be = dr_cpu_call_begin(&h, states[0]->be, pool);
     dr_bb_ws *w = NULL;
     int64_t *off = calloc((size_t)n, sizeof *off);
     drama_status s = off ? dr_bb_ws_create(be, bb, n, &w, err) : dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
@@ -333,6 +315,6 @@ drama_status dr_backbone_step_batch(const dr_backbone *bb, dr_bb_state *const *s
     if (!s) s = host_rows(be, bb, w, states, off, rows, n, 0, &o, err);
     dr_bb_ws_free(w);
     free(off);
-    host_done(&h);
+    dr_cpu_call_end(&h);
     return s;
 }

@@ -76,21 +76,9 @@ void dr_bb_state_reset(dr_bb_state *s) {
 
 drama_status dr_bb_state_reserve(dr_bb_state *s, int64_t positions, drama_error *err) {
     if (positions <= s->cap) return DRAMA_OK;
-    int64_t cap = s->cap > 0 ? s->cap : 64;
-    while (cap < positions) cap *= 2;
-    size_t layer, bytes;
-    if (!dr_mul_size((size_t)cap, (size_t)s->kv_dim * sizeof(float), &layer) ||
-        !dr_mul_size(layer, (size_t)2 * (size_t)(s->n_attn > 0 ? s->n_attn : 1), &bytes))
-        return dr_fail(err, DRAMA_ENOMEM, "backbone state: %lld positions overflow", (long long)positions);
-    dr_backend *b = dr_bb_state_backend(s);
-    float *kv;
-    if (dr_bk_alloc(b, bytes, (void **)&kv, NULL))
-        return dr_fail(err, DRAMA_ENOMEM, "backbone state: cannot grow K/V cache to %lld positions", (long long)cap);
-    if (s->kv) dr_bk_copy_kv(b, kv, cap, s->kv, s->cap, s->n_attn, s->kv_dim, s->pos);
-    dr_bk_free(b, s->kv);
-    s->kv = kv;
-    s->cap = cap;
-    return write_seq(s, err);
+    drama_status st = dr_bk_grow_kv(dr_bb_state_backend(s), &s->kv, &s->cap, positions, s->n_attn, s->kv_dim, s->pos,
+                                    "backbone state", err);
+    return st ? st : write_seq(s, err);
 }
 
 drama_status dr_bb_state_copy(dr_bb_state *dst, const dr_bb_state *src, drama_error *err) {

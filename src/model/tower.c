@@ -269,21 +269,9 @@ static drama_status write_seq(dr_tower_cache *c, drama_error *err) {
 
 drama_status dr_tower_cache_reserve(dr_tower_cache *c, int64_t need, drama_error *err) {
     if (need <= c->cap) return DRAMA_OK;
-    int64_t cap = c->cap ? c->cap : 64;
-    while (cap < need) cap *= 2;
-    size_t layer, bytes;
-    if (!dr_mul_size((size_t)cap, (size_t)c->kv_dim * sizeof(float), &layer) ||
-        !dr_mul_size(layer, (size_t)2 * (size_t)c->n_layers, &bytes))
-        return dr_fail(err, DRAMA_ENOMEM, "tower cache: %lld positions overflow", (long long)cap);
-    dr_backend *be = dr_tower_cache_backend(c);
-    float *kv;
-    if (dr_bk_alloc(be, bytes, (void **)&kv, NULL))
-        return dr_fail(err, DRAMA_ENOMEM, "tower cache: cannot grow to %lld positions", (long long)cap);
-    if (c->kv) dr_bk_copy_kv(be, kv, cap, c->kv, c->cap, c->n_layers, c->kv_dim, c->len);
-    dr_bk_free(be, c->kv);
-    c->kv = kv;
-    c->cap = cap;
-    return write_seq(c, err);
+    drama_status st = dr_bk_grow_kv(dr_tower_cache_backend(c), &c->kv, &c->cap, need, c->n_layers, c->kv_dim, c->len,
+                                    "tower cache", err);
+    return st ? st : write_seq(c, err);
 }
 
 drama_status dr_tower_cache_create_on(dr_backend *be, const dr_tower *t, int64_t reserve, dr_tower_cache **out,

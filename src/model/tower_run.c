@@ -133,24 +133,6 @@ static drama_status check_finite(const float *x, int64_t n, const char *what, dr
     return DRAMA_OK;
 }
 
-/* The backend of a host call: the caches', or a CPU backend over the pool for caches made
- * without one. */
-typedef struct host_be {
-    dr_backend cpu;
-    dr_cpu_backend impl;
-    dr_backend *be;
-} host_be;
-
-static dr_backend *host_begin(host_be *hb, dr_backend *cache_be, dr_pool *pool) {
-    if (cache_be) return hb->be = cache_be;
-    dr_backend_cpu_init(&hb->cpu, &hb->impl, pool);
-    return hb->be = &hb->cpu;
-}
-
-static void host_done(host_be *hb) {
-    if (hb->be == &hb->cpu) dr_backend_cpu_release(&hb->cpu);
-}
-
 /* The first failure among status[n] (backend memory) as an error. */
 static drama_status check_status(dr_backend *be, const dr_tower *t, const dr_op_status *status, int64_t n,
                                  drama_error *err) {
@@ -211,14 +193,14 @@ static drama_status tower_forward(const dr_tower *t, dr_tower_ws *ws, dr_tower_c
     if (n <= 0) return DRAMA_OK;
     drama_status st = h ? check_finite(h, (int64_t)n * t->input_dim, "input hidden", err) : DRAMA_OK;
     if (st || (st = dr_tower_cache_reserve(c, c->len + n, err))) return st;
-    host_be hb;
-    dr_backend *be = host_begin(&hb, c->be, pool);
+    dr_cpu_call hb;
+    dr_backend *be = dr_cpu_call_begin(&hb, c->be, pool);
     dr_tower_ws *w = ws && ws->rows >= n ? ws : NULL;
     if (!w) st = dr_tower_ws_create(be, t, n, &w, err);
     if (!st && h) st = dr_bk_upload(be, w->h, h, (size_t)n * t->input_dim * sizeof(float), err);
     if (!st) st = forward_core(be, t, w, c, n, h ? NULL : h_dev, codes, mask, layer_out, logits, err);
     if (w != ws) dr_tower_ws_free(w);
-    host_done(&hb);
+    dr_cpu_call_end(&hb);
     return st;
 }
 
@@ -287,8 +269,8 @@ drama_status dr_tower_generate_many(const dr_tower *t, dr_tower_cache *const *ca
         if (caches[r]->be != caches[0]->be)
             return dr_fail(err, DRAMA_EINVAL, "tower: caches %d and 0 live on different backends", r);
     drama_status st = DRAMA_OK;
-    host_be hb;
-    dr_backend *be = host_begin(&hb, caches[0]->be, pool);
+    dr_cpu_call hb;
+    dr_backend *be = dr_cpu_call_begin(&hb, caches[0]->be, pool);
     dr_tower_ws *w = NULL;
     /* rows that can run: finite input; a failing row keeps its status and is left out */
     int *act = calloc((size_t)n, sizeof(int));
@@ -342,7 +324,7 @@ done:
     free(hin);
     free(lg);
     free(cur);
-    host_done(&hb);
+    dr_cpu_call_end(&hb);
     return st;
 }
 

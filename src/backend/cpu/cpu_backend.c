@@ -319,6 +319,16 @@ drama_status dr_backend_cpu_create(dr_pool *pool, dr_backend **out, drama_error 
     return DRAMA_OK;
 }
 
+dr_backend *dr_cpu_call_begin(dr_cpu_call *c, dr_backend *be, dr_pool *pool) {
+    if (be) return c->be = be;
+    dr_backend_cpu_init(&c->cpu, &c->impl, pool);
+    return c->be = &c->cpu;
+}
+
+void dr_cpu_call_end(dr_cpu_call *c) {
+    if (c->be == &c->cpu) dr_backend_cpu_release(&c->cpu);
+}
+
 static dr_cpu_backend memory_impl;
 static dr_backend memory_be = {.kind = DR_BACKEND_CPU, .name = "cpu", .host_memory = 1, .ops = &cpu_ops,
                                .impl = &memory_impl, .description = "cpu (memory only)"};

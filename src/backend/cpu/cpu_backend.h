@@ -20,6 +20,15 @@ drama_status dr_backend_cpu_create(dr_pool *pool, dr_backend **out, drama_error 
 /* A backend in caller memory (e.g. on the stack for one call); release with dr_backend_cpu_release. */
 void dr_backend_cpu_init(dr_backend *be, dr_cpu_backend *impl, dr_pool *pool);
 void dr_backend_cpu_release(dr_backend *be);
+/* The backend a host call runs on: `be` when given, else a CPU backend over `pool` kept in c
+ * (for objects made without a backend). End with dr_cpu_call_end. */
+typedef struct dr_cpu_call {
+    dr_backend cpu;
+    dr_cpu_backend impl;
+    dr_backend *be;
+} dr_cpu_call;
+dr_backend *dr_cpu_call_begin(dr_cpu_call *c, dr_backend *be, dr_pool *pool);
+void dr_cpu_call_end(dr_cpu_call *c);
 /* The op table (tests wrap it to inject faults). */
 const dr_backend_ops *dr_backend_cpu_ops(void);
 /* A process-wide CPU backend without threads, for memory of objects made without a backend
