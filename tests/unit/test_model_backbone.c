@@ -1,4 +1,4 @@
-/* test_model_backbone.c - the CPU backbone against the transformers goldens (golden/README.md
+/* test_model_backbone.c - the backbone (on the backend of DRAMA_TEST_BACKEND, CPU by default) against the transformers goldens (golden/README.md
  * "ref/backbone" and "Variants"): embeddings, per-layer outputs, hidden and restricted logits for
  * prefill, decode steps and all 28 rows at once; every variant; thread-count and batching
  * invariance; snapshot/restore. Bounds: logits 5e-4, hidden/layers 2e-4, embeddings 1e-6. */
@@ -17,6 +17,7 @@
 #include "model/backbone.h"
 #include "model/loader.h"
 #include "model/state.h"
+#include "testbackend.h"
 #include "testutil.h"
 
 typedef struct model {
@@ -24,6 +25,7 @@ typedef struct model {
     dr_ckpt *ck;
     dr_loader *ld;
     dr_backbone bb;
+    dr_backend *be; /* the test backend (NULL: CPU memory, calls with the test's pools) */
 } model;
 
 static void model_open_sets(model *m, const char *rel, const char *const *sets, int n_sets) {
@@ -49,11 +51,13 @@ static void model_open_sets(model *m, const char *rel, const char *const *sets, 
     /* ids from config.json (the tiny tokenizer agrees, golden/README.md) */
     int64_t S = m->cfg->tokens.semantic_start, n_sem = m->cfg->tokens.semantic_end - S + 1;
     assert_int_equal(dr_backbone_set_tokens(&m->bb, S, n_sem, m->cfg->tokens.eos[0], &e), DRAMA_OK);
+    m->be = tu_backend_open(&m->bb, NULL);
 }
 
 static void model_open(model *m, const char *rel) { model_open_sets(m, rel, NULL, 0); }
 
 static void model_close(model *m) {
+    dr_backend_free(m->be);
     dr_backbone_release(&m->bb);
     dr_loader_free(m->ld);
     dr_ckpt_close(m->ck);
@@ -100,7 +104,7 @@ static void run_golden(const char *model_rel, const char *golden_rel, const char
     dr_pool *pool = dr_pool_create(2);
     dr_bb_state *st = NULL;
     drama_error e = {0};
-    assert_int_equal(dr_bb_state_create(&m.bb, 8, &st, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, 8, &st, &e), DRAMA_OK);
     float *hidden = malloc((size_t)(np + nd) * H * sizeof(float));
     float *logits = malloc((size_t)(np + nd) * nl * sizeof(float));
     float *embeds = malloc((size_t)np * H * sizeof(float));
@@ -193,8 +197,8 @@ static void test_invariance(void **s) {
     drama_error e = {0};
     dr_pool *p1 = dr_pool_create(1), *p3 = dr_pool_create(3);
     dr_bb_state *a = NULL, *b = NULL, *c = NULL;
-    assert_int_equal(dr_bb_state_create(&m.bb, 4, &a, &e), DRAMA_OK);
-    assert_int_equal(dr_bb_state_create(&m.bb, 4, &b, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, 4, &a, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, 4, &b, &e), DRAMA_OK);
     float *h1 = malloc((size_t)np * H * 4), *h3 = malloc((size_t)np * H * 4);
     float *l1 = malloc((size_t)np * nl * 4), *l3 = malloc((size_t)np * nl * 4);
     assert_int_equal(dr_backbone_forward(&m.bb, a, rows, np, h1, l1, NULL, p1, &e), DRAMA_OK);
@@ -278,7 +282,7 @@ static void test_input_switches(void **s) {
         double *want = calloc((size_t)H, sizeof *want);
         dr_bb_state *st = NULL;
         drama_error e = {0};
-        assert_int_equal(dr_bb_state_create(&m.bb, 1, &st, &e), DRAMA_OK);
+        assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, 1, &st, &e), DRAMA_OK);
         dr_bb_trace tr = {emb, NULL, NULL};
         assert_int_equal(dr_backbone_forward(&m.bb, st, row, 1, hid, NULL, &tr, NULL, &e), DRAMA_OK);
         if (d->add_token_embedding) {
@@ -331,7 +335,7 @@ static void test_long_prefill(void **s) {
     dr_pool *pool = dr_pool_create(2);
     drama_error e = {0};
     dr_bb_state *st = NULL;
-    assert_int_equal(dr_bb_state_create(&m.bb, 16, &st, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, 16, &st, &e), DRAMA_OK);
     dr_bb_trace tr = {NULL, t1, NULL};
     assert_int_equal(dr_backbone_forward(&m.bb, st, rows, n, h1, l1, &tr, pool, &e), DRAMA_OK);
     assert_int_equal(st->pos, n);
@@ -369,7 +373,7 @@ static void run_e2e(const char *golden_rel, const char *tag) {
     assert_int_equal(n_h, (F + 1) * H);
     drama_error e = {0};
     dr_bb_state *st = NULL;
-    assert_int_equal(dr_bb_state_create(&m.bb, L + F, &st, &e), DRAMA_OK);
+    assert_int_equal(dr_bb_state_create_on(m.be, &m.bb, L + F, &st, &e), DRAMA_OK);
     float *hid = malloc((size_t)(L + F) * H * sizeof(float)), *lg = malloc((size_t)(L + F) * nl * sizeof(float));
     assert_int_equal(dr_backbone_forward(&m.bb, st, prompt, L, hid, lg, NULL, NULL, &e), DRAMA_OK);
     for (int64_t f = 0; f < F; f++) {

@@ -18,6 +18,7 @@
 #include "model/loader.h"
 #include "model/config.h"
 #include "model/tower.h"
+#include "testbackend.h"
 #include "testutil.h"
 
 /* Tensors come through the engine's checkpoint reader and loader (every shard of the index,
@@ -48,6 +49,7 @@ typedef struct fixture {
     dr_config *cfg;
     shards sh;
     dr_tower tower;
+    dr_backend *be; /* the test backend (NULL: CPU memory, calls with the test's pools) */
     int T, D, NC, L, HV;
     float *h, *mask_f, *layer_out, *logits;
     int32_t *codes;
@@ -63,6 +65,7 @@ static int setup(void **state) {
     dr_tower_dims d;
     if (dr_tower_dims_from_config(f->cfg, &d, &e)) fail_msg("%s", e.message);
     if (dr_tower_bind(&f->tower, &d, find_in_shards, &f->sh, &e)) fail_msg("%s", e.message);
+    f->be = tu_backend_open(NULL, &f->tower);
     const char *g = tu_golden("ref/tower.safetensors");
     int64_t n;
     f->h = tu_load_f32(g, "h_bb", &n);
@@ -87,6 +90,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture *f = *state;
+    dr_backend_free(f->be);
     dr_tower_release(&f->tower);
     close_shards(&f->sh);
     dr_config_free(f->cfg);
@@ -116,7 +120,7 @@ static void compare_all(fixture *f, const float *lo, const float *lg, const char
 static void run_teacher_forced(fixture *f, int rows_per_call, dr_pool *pool, float *lo, float *lg) {
     dr_tower_cache *c;
     drama_error e = {0};
-    assert_int_equal(dr_tower_cache_create(&f->tower, 4, &c, &e), DRAMA_OK);
+    assert_int_equal(dr_tower_cache_create_on(f->be, &f->tower, 4, &c, &e), DRAMA_OK);
     int64_t D = f->tower.d.dim, per = (int64_t)f->T * D, hs = (int64_t)(f->NC - 1) * f->HV;
     float *lo1 = calloc((size_t)f->L * rows_per_call * D, sizeof(float));
     float *lg1 = calloc((size_t)rows_per_call * hs, sizeof(float));
@@ -189,7 +193,7 @@ static void test_generate_matches_teacher_forced(void **state) {
     fixture *f = *state;
     drama_error e = {0};
     dr_tower_cache *c;
-    assert_int_equal(dr_tower_cache_create(&f->tower, 0, &c, &e), DRAMA_OK);
+    assert_int_equal(dr_tower_cache_create_on(f->be, &f->tower, 0, &c, &e), DRAMA_OK);
     int last = f->T - 1;
     assert_true(f->mask[last]); /* the extra random frame */
     assert_int_equal(dr_tower_forward(&f->tower, c, last, f->h, f->codes, f->mask, NULL, NULL, NULL, &e), DRAMA_OK);
@@ -211,7 +215,7 @@ static void test_bad_input(void **state) {
     fixture *f = *state;
     drama_error e = {0};
     dr_tower_cache *c;
-    assert_int_equal(dr_tower_cache_create(&f->tower, 0, &c, &e), DRAMA_OK);
+    assert_int_equal(dr_tower_cache_create_on(f->be, &f->tower, 0, &c, &e), DRAMA_OK);
     int32_t codes[16] = {0};
     uint8_t m = 1;
     codes[0] = (int32_t)f->tower.d.code_stride; /* one past the codebook */
@@ -265,8 +269,8 @@ static void test_generate_many(void **state) {
     float *h = calloc((size_t)3 * f->D, sizeof(float));
     dr_pool *pool = dr_pool_create(2);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(dr_tower_cache_create(&f->tower, 0, &solo[i], &e), DRAMA_OK);
-        assert_int_equal(dr_tower_cache_create(&f->tower, 0, &many[i], &e), DRAMA_OK);
+        assert_int_equal(dr_tower_cache_create_on(f->be, &f->tower, 0, &solo[i], &e), DRAMA_OK);
+        assert_int_equal(dr_tower_cache_create_on(f->be, &f->tower, 0, &many[i], &e), DRAMA_OK);
         if (lens[i]) {
             assert_int_equal(dr_tower_forward(&f->tower, solo[i], lens[i], f->h, f->codes, f->mask, NULL, NULL, NULL, &e), 0);
             assert_int_equal(dr_tower_forward(&f->tower, many[i], lens[i], f->h, f->codes, f->mask, NULL, NULL, NULL, &e), 0);
