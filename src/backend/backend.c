@@ -58,7 +58,8 @@ drama_status dr_bk_grow_kv(dr_backend *be, float **kv, int64_t *cap, int64_t nee
         !dr_mul_size(layer, (size_t)2 * (size_t)(n_layers > 0 ? n_layers : 1), &bytes))
         return dr_fail(err, DRAMA_ENOMEM, "%s: %lld positions overflow", what, (long long)need);
     float *nkv;
-    if (be->ops->alloc(be, bytes, 1, (void **)&nkv, NULL))
+    /* uninitialised: a position is written before any row reads it */
+    if (be->ops->alloc(be, bytes, 0, (void **)&nkv, NULL))
         return dr_fail(err, DRAMA_ENOMEM, "%s: cannot grow the K/V cache to %lld positions", what, (long long)c);
     if (*kv) dr_bk_copy_kv(be, nkv, c, *kv, *cap, n_layers, kv_dim, len);
     if (*kv) be->ops->free(be, *kv);

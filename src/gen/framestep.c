@@ -179,6 +179,15 @@ static void append_rows(dr_gen_step *st, int m, size_t seq_off, size_t lane_off,
     be->ops->advance(be, seq, m);
 }
 
+/* On a backend whose memory the host reads (CPU) the rest of a step is skipped when every lane
+ * ended or failed: its results would be ignored. Other backends run it with the lanes held. */
+static int nothing_left(const dr_backend *be, dr_step_io io, int n) {
+    if (!be->host_memory) return 0;
+    for (int k = 0; k < n; k++)
+        if (!io.ended[k] && !io.status[k].code) return 0;
+    return 1;
+}
+
 void dr_gen_frame_step(dr_gen_step *st) {
     const dr_gen_model *m = st->m;
     dr_backend *be = st->be;
@@ -189,14 +198,11 @@ void dr_gen_frame_step(dr_gen_step *st) {
     dr_bk_zero(be, st->res, st->rl.size);
     be->ops->guidance(be, lanes, n, ncand);
     be->ops->sample_semantic(be, lanes, n, ncand, io);
-    if (be->host_memory) { /* nothing left to compute when every lane ended or failed (host memory only) */
-        int live = 0;
-        for (int k = 0; k < n; k++) live |= !io.ended[k] && !io.status[k].code;
-        if (!live) return;
-    }
+    if (nothing_left(be, io, n)) return;
     dr_tower_ws *tw = st->tws;
     be->ops->gather_rows(be, tw->h, m->bb.hidden_dim, n, AT(st->tab, st->t.hsrc, const float *const *));
     be->ops->check_finite(be, tw->h, m->bb.hidden_dim, n, io.status);
+    if (nothing_left(be, io, n)) return;
     dr_tower_chain(be, m->tower, tw, AT(st->tab, st->t.tseq, const dr_seq_row *), n, tw->h, io.codes, DR_MAX_CODEBOOKS,
                    io.status, pick, st);
     append_rows(st, st->n1, st->t.seq1, st->t.lane1, st->t.hdst1, st->t.ldst1, st->r.rs1);

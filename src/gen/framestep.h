@@ -12,7 +12,8 @@
  * prepares the step (dr_gen_step_prepare: tables uploaded when the sessions change; capacity is
  * the caller's, reserved before), runs it in a capturable region (dr_gen_step_run), then reads
  * the results. On a backend whose memory is host memory (CPU) the step skips the tower and
- * backbone when every lane ended or failed in its semantic draw, which changes no result.
+ * backbone when every lane ended or failed (semantic draw, non-finite pending hidden), which
+ * changes no result.
  */
 #ifndef DRAMA_GEN_FRAMESTEP_H
 #define DRAMA_GEN_FRAMESTEP_H
