@@ -17,7 +17,8 @@ size_t dr_bb_state_bytes_for(const dr_backbone *bb, int64_t reserve, int64_t pos
     size_t conv_len = (size_t)(d->K > 1 ? d->K - 1 : 0) * C, rec_len = (size_t)d->nv * d->dk * d->dv;
     size_t cap = (size_t)dr_state_capacity_for(reserve, positions);
     size_t kv_layer = 2 * cap * kv_dim * sizeof(float);
-    return sizeof(dr_bb_state) + (size_t)bb->n_attn * kv_layer + kv_layer / 2 /* growth transient */ +
+    /* the K/V of all layers is one block: growing keeps the old one (half the size) until copied */
+    return sizeof(dr_bb_state) + sizeof(dr_seq) + (size_t)bb->n_attn * (kv_layer + kv_layer / 2) +
            (size_t)bb->n_gdn * (conv_len + rec_len) * sizeof(float);
 }
 
@@ -25,5 +26,6 @@ size_t dr_tower_cache_bytes_for(const dr_tower *t, int64_t reserve, int64_t posi
     size_t kv_dim = (size_t)t->d.n_kv_head * (size_t)t->d.head_dim;
     size_t cap = (size_t)dr_state_capacity_for(reserve, positions);
     size_t layer = 2 * cap * kv_dim * sizeof(float);
-    return sizeof(dr_tower_cache) + (size_t)t->n_layers * layer + layer / 4; /* one buffer's old copy */
+    /* one block for all layers: growing keeps the old one (half the size) until copied */
+    return sizeof(dr_tower_cache) + sizeof(dr_seq) + (size_t)t->n_layers * (layer + layer / 2);
 }

@@ -2,7 +2,7 @@
  * positions, computed without allocating (admission reserves them before a request's state
  * grows). Follows the growth policy of state.c and tower.c: capacity starts at `reserve`
  * positions (at least 64) and doubles; the figure includes the transient of the last growth
- * (one layer's old buffers live while they are copied). test_gen_engine checks it against the
+ * (the old K/V block, one for all layers, lives while it is copied). test_gen_engine checks it against the
  * bytes real states report. */
 #ifndef DRAMA_MODEL_STATE_BYTES_H
 #define DRAMA_MODEL_STATE_BYTES_H
