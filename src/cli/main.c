@@ -4,6 +4,9 @@
 
 #include "cli/commands.h"
 #include "drama.h"
+#ifdef DRAMA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 typedef struct {
     const char *name;
@@ -24,6 +27,7 @@ static const command k_commands[] = {
     {"contract", cmd_contract, "check every kernel against a float64 reference"},
     {"pull", cmd_pull, "download a checkpoint from a Hugging Face-compatible hub, verified"},
     {"optimize", cmd_optimize, "re-encode (fp8, nvfp4, q4, bf16) or prune the routed experts"},
+    {"serve", cmd_serve, "HTTP server: fish-speech /v1/tts, OpenAI /v1/audio/speech, voices, metrics"},
 };
 
 static void usage(FILE *f) {
@@ -35,13 +39,25 @@ static void usage(FILE *f) {
             "print the version and commit");
 }
 
+/* Version, commit, and each backend compiled in with whether it is usable here. */
+static void print_version(void) {
+    printf("drama %s %s\nbackends: cpu (usable)", drama_version(), drama_git_commit());
+#ifdef DRAMA_HAVE_CUDA
+    char why[256] = "";
+    int n = dr_cuda_device_count(why, sizeof why);
+    if (n > 0) printf(", cuda (usable, %d device%s)", n, n == 1 ? "" : "s");
+    else printf(", cuda (compiled in, not usable: %s)", why[0] ? why : "no device");
+#endif
+    printf("\n");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? DR_EXIT_USAGE : DR_EXIT_OK;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-        printf("drama %s %s\n", drama_version(), drama_git_commit());
+        print_version();
         return DR_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)

@@ -62,28 +62,41 @@ static void put_u32(uint8_t *p, uint32_t v) {
 }
 
 /* Header for n samples; n = UINT64_MAX means "unknown length" (0xFFFFFFFF sizes). */
-static size_t build_header(const dr_wav_out *w, uint64_t n, uint8_t *h) {
-    size_t hb = dr_wav_header_bytes(w->fmt), sb = sample_bytes(w->fmt);
+static size_t header_for(dr_wav_format fmt, int sample_rate, uint64_t n, uint8_t *h) {
+    size_t hb = dr_wav_header_bytes(fmt), sb = sample_bytes(fmt);
     if (hb == 0) return 0;
     uint32_t data = n == UINT64_MAX ? WAV_UNKNOWN : (uint32_t)(n * sb);
     uint32_t riff = n == UINT64_MAX ? WAV_UNKNOWN : (uint32_t)(hb - 8 + n * sb);
     uint32_t frames = n == UINT64_MAX ? WAV_UNKNOWN : (uint32_t)n;
     memcpy(h, "RIFF", 4); put_u32(h + 4, riff); memcpy(h + 8, "WAVE", 4);
     memcpy(h + 12, "fmt ", 4);
-    put_u32(h + 16, w->fmt == DR_WAV_F32 ? 18 : 16);
-    put_u16(h + 20, w->fmt == DR_WAV_F32 ? 3 : 1); /* IEEE float : PCM */
+    put_u32(h + 16, fmt == DR_WAV_F32 ? 18 : 16);
+    put_u16(h + 20, fmt == DR_WAV_F32 ? 3 : 1); /* IEEE float : PCM */
     put_u16(h + 22, 1);                           /* mono */
-    put_u32(h + 24, (uint32_t)w->sample_rate);
-    put_u32(h + 28, (uint32_t)w->sample_rate * (uint32_t)sb);
+    put_u32(h + 24, (uint32_t)sample_rate);
+    put_u32(h + 28, (uint32_t)sample_rate * (uint32_t)sb);
     put_u16(h + 32, (uint32_t)sb);
     put_u16(h + 34, (uint32_t)(8 * sb));
     uint8_t *p = h + 36;
-    if (w->fmt == DR_WAV_F32) {
+    if (fmt == DR_WAV_F32) {
         put_u16(p, 0); p += 2; /* cbSize */
         memcpy(p, "fact", 4); put_u32(p + 4, 4); put_u32(p + 8, frames); p += 12;
     }
     memcpy(p, "data", 4); put_u32(p + 4, data);
     return hb;
+}
+
+static size_t build_header(const dr_wav_out *w, uint64_t n, uint8_t *h) {
+    return header_for(w->fmt, w->sample_rate, n, h);
+}
+
+void dr_wav_pcm16_header(uint8_t h[44], int sample_rate, uint64_t n) { header_for(DR_WAV_PCM16, sample_rate, n, h); }
+
+int16_t dr_pcm16_from_float(float x) {
+    long v = lrint((double)x * 32768.0);
+    if (v > 32767) v = 32767;
+    if (v < -32768) v = -32768;
+    return (int16_t)v;
 }
 
 /* write() until done; retries EINTR (a signal handler may run mid-write). */
@@ -238,10 +251,7 @@ drama_status dr_wav_out_write(dr_wav_out *w, const float *samples, size_t n, dra
                 memcpy(&u, &x, 4);
                 put_u32(buf + 4 * j, u);
             } else {
-                long v = lrint((double)x * 32768.0);
-                if (v > 32767) v = 32767;
-                if (v < -32768) v = -32768;
-                put_u16(buf + 2 * j, (uint32_t)(uint16_t)(int16_t)v);
+                put_u16(buf + 2 * j, (uint32_t)(uint16_t)dr_pcm16_from_float(x));
             }
         }
         drama_status s = emit(w, buf, m * sb, err);

@@ -34,6 +34,11 @@ const char *dr_wav_format_name(dr_wav_format fmt);
 /* Bytes before the first sample for a format (0 for raw). */
 size_t dr_wav_header_bytes(dr_wav_format fmt);
 
+/* PCM16 of one sample (CODEC.md 8); the one conversion, also used by the server's encoders. */
+int16_t dr_pcm16_from_float(float x);
+/* The 44-byte PCM16 mono header for n samples; n = UINT64_MAX: unknown length (0xFFFFFFFF sizes). */
+void dr_wav_pcm16_header(uint8_t h[44], int sample_rate, uint64_t n);
+
 /* Opens path ("-" = stdout) for writing. expected_samples: the final sample count when known
  * (used only for a header that cannot be patched later), else 0. Fails (naming the path)
  * when the temporary file cannot be created, so a bad -o is reported before any work. */
