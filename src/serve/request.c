@@ -33,7 +33,8 @@ int dr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len) {
     }
     size_t pad = 0;
     while (pad < 2 && m > pad && clean[m - 1 - pad] == '=') pad++;
-    if (m % 4 == 1 || (pad && m % 4)) { /* a lone symbol, or padding that does not end a group */
+    int inner_pad = memchr(clean, '=', m - pad) != NULL;
+    if (inner_pad || m % 4 == 1 || (pad && m % 4)) { /* '=' inside, a lone symbol, padding not ending a group */
         free(clean);
         return -1;
     }
@@ -243,7 +244,7 @@ int dr_parse_speech(const dr_val *body, const dr_parse_limits *lim, dr_synth_req
         return e->status;
     int known = 0;
     for (int k = 0; lim->model_ids && lim->model_ids[k]; k++) known |= !strcmp(lim->model_ids[k], r->model);
-    if (!known || strlen(r->model) != model_len)
+    if (!known || (model_len && strlen(r->model) != model_len))
         return dr_api_fail(e, 400, "unknown_model", "model", "model '%.64s' is not served here (GET /v1/models)", r->model);
     if (speed != 1.0)
         return dr_api_fail(e, 400, "unsupported_value", "speed", "speed must be 1.0 (the model has no speed control), got %g", speed);

@@ -1,0 +1,20 @@
+/* fuzz_serve_json.c - JSON request bodies of drama serve (libFuzzer): the strict JSON reader, then the /v1/tts,
+ * /v1/audio/speech and voice-upload field rules; assertions in serve_request_check.h. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve_request_check.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    dr_api_error e = {0};
+    dr_val *v = dr_val_parse_json(data, size, &e);
+    if (!v) {
+        check_failure(&e);
+        return 0;
+    }
+    check_request(v);
+    dr_val_free(v);
+    return 0;
+}
