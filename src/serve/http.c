@@ -14,6 +14,9 @@
 #include "serve/server_internal.h"
 
 /* The routes (API.md 2). Order does not matter: paths are distinct. */
+/* Bytes of an over-limit chunked body read (and dropped) to answer 413 at its end. */
+#define DISCARD_MAX ((size_t)16 << 20)
+
 static const dr_route k_routes[] = {
     {"/v1/tts", 0, "/v1/tts", DR_AUTH_KEY, NULL, dr_handle_tts, NULL, DR_BODY_JSON | DR_BODY_MSGPACK},
     {"/v1/audio/speech", 0, "/v1/audio/speech", DR_AUTH_KEY, NULL, dr_handle_speech, NULL, DR_BODY_JSON},
@@ -313,6 +316,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         c->t_start = dr_now_s();
         *con_cls = c;
+        atomic_fetch_add(&s->active_requests, 1);
         make_request_id(c);
         return begin(s, c, url, method);
     }
@@ -323,20 +327,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (c->body_too_large) return MHD_NO; /* a chunked body crossed the limit: close */
-        if (c->body.len + n > s->opt.max_body_bytes) {
+        if (c->body_too_large) {
+            /* a chunked body crossed the limit: read on (discarding, bounded) so that the 413
+             * can be sent once the upload ends (MHD queues responses only then); past the
+             * bound the connection is closed without one */
+            c->discarded += n;
+            return c->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
+        }
+        c->received += n;
+        if (c->received > s->opt.max_body_bytes) {
             c->body_too_large = 1;
+            c->discarded = c->received;
             dr_bytes_free(&c->body);
-            dr_api_error e = {0};
-            dr_api_fail(&e, 413, "body_too_large", NULL, "the body is larger than %zu bytes (--max-body-bytes)",
-                        s->opt.max_body_bytes);
-            /* MHD takes a response only once the upload is complete on some versions: then the
-             * next upload call closes the connection without one */
-            if (respond_error_ex(c, &e, NULL, 1) != MHD_YES) c->status = 0;
             return MHD_YES;
         }
         if (c->pp) {
-            c->body.len += n; /* counted for the limit only */
             if (MHD_post_process(c->pp, upload_data, n) != MHD_YES) c->form_bad = 1;
             return MHD_YES;
         }
@@ -366,6 +371,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     dr_bytes_free(&c->form_id);
     dr_bytes_free(&c->form_text);
     free(c);
+    atomic_fetch_sub(&s->active_requests, 1);
 }
 
 struct MHD_Daemon *dr_http_start(dr_server *s, const struct sockaddr *addr, int ipv6, drama_error *err);

@@ -143,9 +143,20 @@ failed:
     return st;
 }
 
+/* Waits (bounded) until no HTTP request is in flight: a job that just finished still has its
+ * response to write, and stopping the daemon would cut it. */
+static void wait_requests(dr_server *s, double max_s) {
+    for (double waited = 0; atomic_load(&s->active_requests) > 0 && waited < max_s; waited += 0.01) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int dr_server_drain(dr_server *s) {
     atomic_store(&s->health, DR_HEALTH_DRAINING);
-    return s->sched ? dr_sched_drain(s->sched, s->opt.drain_timeout_s) : 0;
+    int n = s->sched ? dr_sched_drain(s->sched, s->opt.drain_timeout_s) : 0;
+    wait_requests(s, 10);
+    return n;
 }
 
 void dr_server_free(dr_server *s) {
@@ -155,6 +166,7 @@ void dr_server_free(dr_server *s) {
      * makes this immediate and later submits are refused), then the connection threads are
      * joined, then the scheduler goes */
     if (s->sched) dr_sched_drain(s->sched, 0);
+    wait_requests(s, 10);
     if (s->daemon) MHD_stop_daemon(s->daemon);
     dr_sched_free(s->sched);
     dr_voices_free(s->voices);

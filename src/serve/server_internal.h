@@ -46,6 +46,7 @@ struct dr_server {
     int sample_rate, samples_per_frame, n_codebooks;
     const char *fingerprint;
     atomic_uint_fast64_t request_counter;
+    atomic_int active_requests;  /* between MHD's first call and its completion callback */
 };
 
 enum { DR_M_GET = 1, DR_M_POST = 2, DR_M_DELETE = 4, DR_M_OPTIONS = 8 };
@@ -80,6 +81,8 @@ struct dr_conn {
     dr_bytes body;
     unsigned body_kind;          /* one DR_BODY_* */
     int body_too_large;
+    size_t received;             /* body bytes so far */
+    size_t discarded;            /* bytes of an over-limit body read and dropped */
     struct MHD_PostProcessor *pp;
     dr_val *form;                /* multipart fields */
     dr_bytes form_audio, form_id, form_text;

@@ -247,6 +247,29 @@ static dr_job *job_new(dr_server *s, dr_conn *c, const dr_synth_req *r) {
     return j;
 }
 
+/* Appends encoder output to what goes out: raw, or as one SSE delta event. */
+static void emit(dr_job *j, const dr_bytes *piece) {
+    if (!piece->len) return;
+    int bad = 0;
+    if (j->sse) {
+        char *b64 = dr_base64_encode(piece->data, piece->len);
+        json_t *ev = b64 ? json_pack("{s:s, s:s}", "type", "speech.audio.delta", "audio", b64) : NULL;
+        char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+        bad = !s || dr_bytes_append(&j->out, "data: ", 6) || dr_bytes_append(&j->out, s, strlen(s)) ||
+              dr_bytes_append(&j->out, "\n\n", 2);
+        free(s);
+        json_decref(ev);
+        free(b64);
+    } else {
+        bad = dr_bytes_append(&j->out, piece->data, piece->len) != 0;
+    }
+    if (bad) {
+        pthread_mutex_lock(&j->mu);
+        dr_api_fail(&j->fail, 500, "internal", NULL, "out of memory");
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
 /* Encodes the next queued chunk (or the tail once done) into j->out, outside the lock. Returns
  * 1 when something was added or state changed, 0 when there is nothing to do yet. */
 static int encode_step(dr_job *j) {
@@ -279,24 +302,7 @@ static int encode_step(dr_job *j) {
         pthread_mutex_unlock(&j->mu);
         DR_WARN("serve: encoding failed: %s", err.message);
     }
-    if (j->sse && piece.len) {
-        char *b64 = dr_base64_encode(piece.data, piece.len);
-        json_t *ev = b64 ? json_pack("{s:s, s:s}", "type", "speech.audio.delta", "audio", b64) : NULL;
-        char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-        if (!s || dr_bytes_append(&j->out, "data: ", 6) || dr_bytes_append(&j->out, s, strlen(s)) ||
-            dr_bytes_append(&j->out, "\n\n", 2)) {
-            pthread_mutex_lock(&j->mu);
-            dr_api_fail(&j->fail, 500, "internal", NULL, "out of memory");
-            pthread_mutex_unlock(&j->mu);
-        }
-        free(s);
-        json_decref(ev);
-        free(b64);
-    } else if (piece.len && dr_bytes_append(&j->out, piece.data, piece.len)) {
-        pthread_mutex_lock(&j->mu);
-        dr_api_fail(&j->fail, 500, "internal", NULL, "out of memory");
-        pthread_mutex_unlock(&j->mu);
-    }
+    emit(j, &piece);
     dr_bytes_free(&piece);
     if (j->sse && j->finished && !j->fail.status) {
         char ev[256];
@@ -422,13 +428,18 @@ static enum MHD_Result synthesize(dr_server *s, dr_conn *c, int openai) {
         dr_val_free(body);
         return dr_respond_error(c, &e);
     }
-    if (!r.seed_set && getrandom(&p.req.seed, sizeof p.req.seed, 0) != (ssize_t)sizeof p.req.seed)
-        p.req.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)c;
+    if (!r.seed_set) {
+        if (getrandom(&p.req.seed, sizeof p.req.seed, 0) != (ssize_t)sizeof p.req.seed)
+            p.req.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)c;
+        p.req.seed >>= 1; /* within int64, so the X-Seed value can be sent back in JSON */
+    }
     r.seed = p.req.seed;
     dr_job *j = job_new(s, c, &r);
     drama_error err = {0};
     dr_encoder_opts eo = {r.format, s->sample_rate, (openai && r.format == DR_AF_PCM) ? 24000 : 0, (uint32_t)r.seed};
-    if (!j || dr_encoder_create(&j->enc, &eo, &j->out, &err) != DRAMA_OK) {
+    dr_bytes head = {0};
+    if (!j || dr_encoder_create(&j->enc, &eo, &head, &err) != DRAMA_OK) {
+        dr_bytes_free(&head);
         dr_api_fail(&e, 500, "internal", NULL, "%s", err.message[0] ? err.message : "out of memory");
         if (j) job_unref(j);
         prepared_free(&p);
@@ -436,6 +447,8 @@ static enum MHD_Result synthesize(dr_server *s, dr_conn *c, int openai) {
         dr_val_free(body);
         return dr_respond_error(c, &e);
     }
+    emit(j, &head); /* the wav header / Ogg Opus headers */
+    dr_bytes_free(&head);
     dr_sched_sink sink = {j, on_audio, is_gone, on_done};
     dr_sched_reject rej;
     memset(&rej, 0, sizeof rej);

@@ -85,7 +85,7 @@ ok "/v1/audio/speech mp3 (the default)"
 # SSE: the deltas concatenate to the "audio" stream; then speech.audio.done with usage
 s=$(sp wav "$WORK/oa.sse" ', "stream_format": "sse"'); [ "$s" = 200 ] || fail "sse: $s"
 [ "$(header "$WORK/oa.sse" Content-Type)" = text/event-stream ] || fail "sse Content-Type"
-grep '^data: ' "$WORK/oa.sse" | sed 's/^data: //' >"$WORK/events.jsonl"
+grep -a '^data: ' "$WORK/oa.sse" | sed 's/^data: //' >"$WORK/events.jsonl"
 jq -r 'select(.type == "speech.audio.delta") | .audio' "$WORK/events.jsonl" | while read -r b; do printf '%s' "$b" | base64 -d; done >"$WORK/sse.wav"
 cmp -s "$WORK/sse.wav" "$WORK/oa.wav" || fail "SSE deltas != the audio stream ($(size "$WORK/sse.wav") vs $(size "$WORK/oa.wav"))"
 [ "$(tail -1 "$WORK/events.jsonl" | jq -r .type)" = speech.audio.done ] || fail "last SSE event is not speech.audio.done"

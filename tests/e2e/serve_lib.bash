@@ -89,11 +89,13 @@ req() {
     curl -sS --max-time 120 -X "$method" -D "$out.h" -o "$out" -w '%{http_code}' "$@" "$BASE$path"
 }
 
-# post_json PATH JSON OUT [curl args...]
+# post_json PATH JSON OUT [curl args...] (the body goes through a file: one argument may not
+# exceed 128 KiB, and references are larger)
 post_json() {
-    local path=$1 json=$2 out=$3
+    local path=$1 out=$3
+    printf '%s' "$2" >"$out.body"
     shift 3
-    req POST "$path" "$out" -H 'Content-Type: application/json' --data-binary "$json" "$@"
+    req POST "$path" "$out" -H 'Content-Type: application/json' --data-binary @"$out.body" "$@"
 }
 
 # header OUT NAME: a response header's value (case-insensitive name).

@@ -22,10 +22,12 @@ for k in $(seq 0 $((N - 1))); do
     s=$(post_json /v1/tts "$(body $k)" "$WORK/solo.$k"); [ "$s" = 200 ] || fail "solo $k: $s $(head -c 200 "$WORK/solo.$k")"
 done
 ok "$N solo runs"
+pids=()
 for k in $(seq 0 $((N - 1))); do
     post_json /v1/tts "$(body $k)" "$WORK/par.$k" >"$WORK/par.$k.status" &
+    pids+=($!)
 done
-wait
+wait "${pids[@]}" # not a bare wait: the server is a background job too
 for k in $(seq 0 $((N - 1))); do
     [ "$(cat "$WORK/par.$k.status")" = 200 ] || fail "parallel $k: $(cat "$WORK/par.$k.status")"
     cmp -s "$WORK/solo.$k" "$WORK/par.$k" || fail "parallel request $k differs from its solo run"
