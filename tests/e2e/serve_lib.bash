@@ -46,6 +46,7 @@ trap cleanup EXIT
 # /health 200. Sets SERVER_PID, PORT, BASE. SERVER_TAG names its log files (default "server").
 start_server() {
     local tag=${SERVER_TAG:-server}
+    rm -f "$WORK/$tag.out" # before the fork: the child truncates it only when it runs
     "$DRAMA_BIN" serve --model "$MODEL" --port 0 "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err" &
     SERVER_PID=$!
     local i
