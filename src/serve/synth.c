@@ -224,6 +224,7 @@ static int prepare(dr_server *s, const dr_synth_req *r, prepared *p, dr_api_erro
     q->seed_set = 1;
     q->max_frames = r->max_frames;
     q->frames = r->frames;
+    q->chunk_bytes = r->openai ? 0 : r->chunk_length; /* /v1/tts chunk_length (TEXT.md 4.4) */
     q->stream = 1; /* whole responses run the streamed schedule too (same chunks, same bytes) */
     q->stream_first_frames = s->opt.stream_first_frames ? s->opt.stream_first_frames : r->latency_balanced ? 4 : 10;
     q->stream_chunk_frames = s->opt.stream_chunk_frames ? s->opt.stream_chunk_frames : r->latency_balanced ? 16 : 25;
