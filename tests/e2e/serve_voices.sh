@@ -6,7 +6,7 @@
 set -eu
 . "$(dirname "$0")/serve_lib.bash"
 VOICES="$WORK/voices"
-start_server --voices-dir "$VOICES" -q
+start_server --voices-dir "$VOICES" --prompt-cache-mib 64 -q
 O="$WORK/out"
 make_wav "$WORK/clip.wav" 0.6
 b64=$(base64 -w0 "$WORK/clip.wav")
@@ -51,7 +51,11 @@ s=$(post_json /v1/tts "{\"text\": \"Hello voice.\", $R}" "$WORK/noref.pcm")
 cmp -s "$WORK/by_id.pcm" "$WORK/noref.pcm" && fail "the voice had no effect"
 s=$(post_json /v1/audio/speech "{\"input\": \"Hello voice.\", \"voice\": \"zed\", \"response_format\": \"pcm\", \"frames\": 12, \"seed\": 5}" "$WORK/oa.pcm"); [ "$s" = 200 ] || fail "openai voice: $s"
 s=$(post_json /v1/tts "{\"text\": \"Two voices.\", \"reference_id\": [\"zed\", \"alice\"], $R}" "$WORK/two.pcm"); [ "$s" = 200 ] || fail "two ids: $s"
-ok "reference_id = inline reference; voice on /v1/audio/speech; two ids"
+s=$(post_json /v1/tts "{\"text\": \"Hello voice.\", \"reference_id\": \"zed\", $R}" "$WORK/again.pcm")
+cmp -s "$WORK/by_id.pcm" "$WORK/again.pcm" || fail "A -> B -> A: the voice's audio changed after another voice"
+[ "$(metric drama_voice_cache_hits_total)" -ge 1 ] || fail "no prompt cache hit for a repeated voice"
+[ "$(metric 'drama_time_to_first_audio_seconds_count{voice_cached="true"}')" -ge 1 ] || fail "ttfa{voice_cached=true} not counted"
+ok "reference_id = inline reference; voice on /v1/audio/speech; two ids; A -> B -> A identical (prompt cache hit)"
 
 # delete while a request uses the voice: that request completes with the audio of a solo run
 post_json /v1/tts "{\"text\": \"Long with zed.\", \"reference_id\": \"zed\", \"frames\": 200, \"seed\": 9, \"format\": \"pcm\"}" "$WORK/during.pcm" >"$WORK/during.status" &
@@ -66,15 +70,19 @@ s=$(post_json /v1/tts '{"text": "x", "reference_id": "zed", "frames": 2}' "$O");
 [ ! -e "$VOICES/zed" ] || fail "voice directory still on disk"
 ok "DELETE 204 while in use (request unaffected), then 404 / unknown_voice; removed from disk"
 
+s=$(post_json /v1/tts "{\"text\": \"Hello voice.\", \"reference_id\": \"alice\", $R}" "$WORK/alice_first.pcm"); [ "$s" = 200 ] || fail "alice"
 # persistence: alice survives a restart, a recreated zed with other audio gives other audio
 stop_server
 SERVER_TAG=server2 start_server --voices-dir "$VOICES" -q
 s=$(req GET /v1/voices "$O"); [ "$(jq -r '[.voices[].id] | join(",")' "$O")" = alice ] || fail "after restart: $(cat "$O")"
-s=$(post_json /v1/tts "{\"text\": \"Two voices.\", \"reference_id\": [\"alice\"], $R}" "$WORK/alice.pcm"); [ "$s" = 200 ] || fail "alice after restart"
+s=$(post_json /v1/tts "{\"text\": \"Two voices.\", \"reference_id\": [\"zed\", \"alice\"], $R}" "$WORK/two_fresh.pcm")
+[ "$s" = 400 ] || fail "zed was deleted: $s"
+s=$(post_json /v1/tts "{\"text\": \"Hello voice.\", \"reference_id\": \"alice\", $R}" "$WORK/alice.pcm"); [ "$s" = 200 ] || fail "alice after restart"
+cmp -s "$WORK/alice.pcm" "$WORK/alice_first.pcm" || fail "alice on a fresh server differs from alice after other voices"
 make_wav "$WORK/other.wav" 0.4
 s=$(post_json /v1/voices "{\"id\": \"zed\", \"text\": \"A short clip.\", \"audio\": \"$(base64 -w0 "$WORK/other.wav")\"}" "$O"); [ "$s" = 201 ] || fail "recreate zed: $s"
 s=$(post_json /v1/tts "{\"text\": \"Hello voice.\", \"reference_id\": \"zed\", $R}" "$WORK/by_id2.pcm")
 cmp -s "$WORK/by_id.pcm" "$WORK/by_id2.pcm" && fail "a recreated voice with other audio gave the old audio"
-ok "voices persist across a restart; a recreated id uses its new audio"
+ok "voices persist across a restart (same audio as on the first server after other voices); a recreated id uses its new audio"
 stop_server
 echo "serve_voices: all passed"
