@@ -15,7 +15,10 @@ BASE=""
 SPF=2048      # samples per frame of the tiny model's codec
 RATE=44100
 
+LOGS_SHOWN=0
 show_logs() {
+    [ $LOGS_SHOWN = 0 ] || return 0
+    LOGS_SHOWN=1
     for f in "$WORK"/server*.err; do
         [ -f "$f" ] || continue
         echo "---- $f (last 40 lines) ----" >&2
