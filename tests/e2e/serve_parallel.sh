@@ -53,7 +53,11 @@ ok "429 queue_full with Retry-After $ra; the running request unaffected"
 
 # disconnect mid-stream, then the identical request: identical audio; metrics back to idle
 D='{"text": "Hang up on me.", "frames": 500, "seed": 77, "format": "pcm", "streaming": true}'
-curl -s -N --max-time 0.8 -H 'Content-Type: application/json' --data-binary "$D" "$BASE/v1/tts" -o "$WORK/cut.pcm" || true
+curl -s -N --max-time 120 -H 'Content-Type: application/json' --data-binary "$D" "$BASE/v1/tts" -o "$WORK/cut.pcm" &
+CUT=$!
+for i in $(seq 1 600); do [ "$(size "$WORK/cut.pcm" 2>/dev/null || echo 0)" -gt 0 ] && break; sleep 0.05; done
+kill $CUT 2>/dev/null # hang up once audio flows
+wait $CUT 2>/dev/null || true
 [ "$(size "$WORK/cut.pcm")" -gt 0 ] && [ "$(size "$WORK/cut.pcm")" -lt $((500 * 2 * SPF)) ] || fail "the cut stream got $(size "$WORK/cut.pcm") bytes"
 for i in $(seq 1 100); do [ "$(metric drama_lanes_active)" = 0 ] && break; sleep 0.05; done
 [ "$(metric drama_lanes_active)" = 0 ] || fail "lane still active after the client hung up"
