@@ -7,14 +7,4 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    dr_api_error e = {0};
-    dr_val *v = dr_val_parse_json(data, size, &e);
-    if (!v) {
-        check_failure(&e);
-        return 0;
-    }
-    check_request(v);
-    dr_val_free(v);
-    return 0;
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return check_body(dr_val_parse_json, data, size); }

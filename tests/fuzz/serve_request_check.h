@@ -4,6 +4,7 @@
 #ifndef DRAMA_FUZZ_SERVE_REQUEST_CHECK_H
 #define DRAMA_FUZZ_SERVE_REQUEST_CHECK_H
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,19 @@ static void check_request(const dr_val *v) {
     if (dr_parse_voice_upload(v, &up, &e)) check_failure(&e);
     else if (!dr_voice_id_valid(up.id, strlen(up.id)) || !up.text || !up.audio_len) abort();
     free(up.audio);
+}
+
+/* One fuzz input through a body reader, then the checks above. */
+static int check_body(dr_val *(*reader)(const void *, size_t, dr_api_error *), const uint8_t *data, size_t size) {
+    dr_api_error e = {0};
+    dr_val *v = reader(data, size, &e);
+    if (!v) {
+        check_failure(&e);
+        return 0;
+    }
+    check_request(v);
+    dr_val_free(v);
+    return 0;
 }
 
 #endif
