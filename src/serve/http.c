@@ -154,10 +154,11 @@ static unsigned media_type(const char *ct) {
     return 0;
 }
 
-static dr_bytes *form_slot(dr_conn *c, const char *key) {
-    if (!strcmp(key, "id")) return &c->form_id;
-    if (!strcmp(key, "text")) return &c->form_text;
-    if (!strcmp(key, "audio")) return &c->form_audio;
+/* The buffer of a known form field and its bit in c->form_seen. */
+static dr_bytes *form_slot(dr_conn *c, const char *key, unsigned *bit) {
+    if (!strcmp(key, "id")) return *bit = 1, &c->form_id;
+    if (!strcmp(key, "text")) return *bit = 2, &c->form_text;
+    if (!strcmp(key, "audio")) return *bit = 4, &c->form_audio;
     return NULL;
 }
 
@@ -165,13 +166,12 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
                                   const char *content_type, const char *transfer_encoding, const char *data,
                                   uint64_t off, size_t size) {
     dr_conn *c = cls;
-    dr_bytes *slot = key ? form_slot(c, key) : NULL;
+    unsigned bit = 0;
+    dr_bytes *slot = key ? form_slot(c, key, &bit) : NULL;
     if (!slot) return MHD_YES; /* unknown fields are ignored (API.md 1) */
-    if (off == 0 && slot->cap) c->form_bad = 1; /* the same field twice */
-    if (off == 0 && !slot->cap && dr_bytes_append(slot, "", 0) == 0) {
-        slot->data = malloc(1);
-        slot->cap = slot->data ? 1 : 0;
-        if (slot->data) slot->data[0] = 0;
+    if (off == 0) {
+        if (c->form_seen & bit) c->form_bad = 1; /* the same field twice */
+        c->form_seen |= bit;
     }
     if (slot == &c->form_audio && filename) c->form_audio_is_file = 1;
     if (size && dr_bytes_append(slot, data, size)) c->form_bad = 1;
@@ -186,14 +186,17 @@ static dr_val *form_value(dr_conn *c, dr_api_error *e) {
     dr_val *map = dr_val_new_map();
     struct {
         const char *key;
+        unsigned bit;
         dr_bytes *b;
         dr_val_type type;
-    } fields[] = {{"id", &c->form_id, DR_VAL_STR},
-                  {"text", &c->form_text, DR_VAL_STR},
-                  {"audio", &c->form_audio, c->form_audio_is_file ? DR_VAL_BIN : DR_VAL_STR}};
+    } fields[] = {{"id", 1, &c->form_id, DR_VAL_STR},
+                  {"text", 2, &c->form_text, DR_VAL_STR},
+                  {"audio", 4, &c->form_audio, c->form_audio_is_file ? DR_VAL_BIN : DR_VAL_STR}};
     for (int k = 0; map && k < 3; k++) {
-        if (!fields[k].b->cap) continue;
-        if (dr_val_map_add_bytes(map, fields[k].key, fields[k].type, (char *)fields[k].b->data, fields[k].b->len)) {
+        if (!(c->form_seen & fields[k].bit)) continue;
+        if (!fields[k].b->data && dr_bytes_append(fields[k].b, "", 1) == 0) fields[k].b->len = 0; /* an empty field */
+        if (!fields[k].b->data ||
+            dr_val_map_add_bytes(map, fields[k].key, fields[k].type, (char *)fields[k].b->data, fields[k].b->len)) {
             dr_val_free(map);
             map = NULL;
             break;
@@ -373,8 +376,6 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     free(c);
     atomic_fetch_sub(&s->active_requests, 1);
 }
-
-struct MHD_Daemon *dr_http_start(dr_server *s, const struct sockaddr *addr, int ipv6, drama_error *err);
 
 struct MHD_Daemon *dr_http_start(dr_server *s, const struct sockaddr *addr, int ipv6, drama_error *err) {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |

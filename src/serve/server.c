@@ -14,8 +14,6 @@
 #include "base/log.h"
 #include "serve/server_internal.h"
 
-struct MHD_Daemon *dr_http_start(dr_server *s, const struct sockaddr *addr, int ipv6, drama_error *err);
-
 void dr_serve_options_default(dr_serve_options *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";

@@ -86,6 +86,7 @@ struct dr_conn {
     struct MHD_PostProcessor *pp;
     dr_val *form;                /* multipart fields */
     dr_bytes form_audio, form_id, form_text;
+    unsigned form_seen;          /* fields present: 1 id, 2 text, 4 audio */
     int form_audio_is_file, form_bad;
     char id[80];                 /* resource id from the URL (percent-decoded by MHD) */
     struct dr_job *job;          /* synthesis in flight */
@@ -93,6 +94,8 @@ struct dr_conn {
 };
 
 /* ---- http.c ---- */
+/* Starts libmicrohttpd on addr (thread per connection; see docs/serve.md). */
+struct MHD_Daemon *dr_http_start(dr_server *s, const struct sockaddr *addr, int ipv6, drama_error *err);
 double dr_now_s(void);
 /* Responses with X-Request-Id (and CORS) set; they record c->status. */
 enum MHD_Result dr_respond_bytes(dr_conn *c, int status, const char *content_type, const void *data, size_t n);
