@@ -8,6 +8,8 @@
 #include "drama_git_commit.h" /* generated at every build by scripts/git-commit.cmake */
 #endif
 
+static drama_status vfail(drama_error *err, drama_status code, const char *reason, const char *fmt, va_list ap)
+    DR_PRINTF(4, 0);
 static drama_status vfail(drama_error *err, drama_status code, const char *reason, const char *fmt, va_list ap) {
     if (!err || err->code != DRAMA_OK) return code;
     err->code = code;
