@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "                              tts-1-hd, gpt-4o-mini-tts are always accepted)\n"
             "  --drain-timeout S           on SIGTERM/SIGINT, seconds running requests may finish (30)\n"
             "  --threads N                 model worker threads (0 = all CPUs)\n"
+            "  --backend B                 cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
+            "  --device N                  GPU index for cuda (default 0)\n"
             "  --set SWITCH=VALUE          model switch (MODEL.md 10; repeatable)\n"
             "  -q, --quiet                 no access log\n");
 }
@@ -192,6 +194,12 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             o->model_ids[a->n_models++] = v;
         } else if (!strcmp(name, "--drain-timeout")) rc = get_num(name, v, 0, 86400, &o->drain_timeout_s);
         else if (!strcmp(name, "--threads")) rc = get_int(name, v, 0, 4096, &o->threads);
+        else if (!strcmp(name, "--backend") || !strcmp(name, "--device")) {
+            dr_backend_choice bc = {(dr_backend_want)o->backend, o->device}; /* drama_backend's values */
+            if (dr_cli_backend_value("serve", name, v, &bc) < 0) return DR_EXIT_USAGE;
+            o->backend = (drama_backend)bc.want;
+            o->device = bc.device;
+        }
         else if (!strcmp(name, "--set")) {
             if (a->n_sets >= MAX_SETS) return bad(name, v, "too many --set");
             a->sets[a->n_sets++] = v;

@@ -100,6 +100,8 @@ drama_status dr_server_load(dr_server *s, volatile int *stop, drama_error *err) 
     drama_model_options mo;
     drama_model_options_default(&mo);
     mo.threads = s->opt.threads;
+    mo.backend = s->opt.backend;
+    mo.device = s->opt.device;
     mo.set = s->opt.set;
     drama_status st = drama_model_open(&s->model, s->opt.model_dir, &mo, err);
     if (st != DRAMA_OK) goto failed;

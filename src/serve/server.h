@@ -47,6 +47,8 @@ typedef struct dr_serve_options {
     const char *model_ids[DR_SERVE_MAX_ALIASES + 1]; /* --model-alias ids beyond the built-in ones */
     double drain_timeout_s;      /* 30 */
     int threads;                 /* model worker threads (0 = all) */
+    drama_backend backend;       /* --backend (default auto) */
+    int device;                  /* --device: GPU index */
     const char *const *set;      /* --set switch=value (NULL-terminated) or NULL */
     int quiet;                   /* no access log */
 } dr_serve_options;
