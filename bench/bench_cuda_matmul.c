@@ -123,7 +123,7 @@ static int bench(dr_cuda *c, const shape *s, int n, int per_call, int separate, 
              !dr_cuda_to_device(c, dx, x, sizeof(float) * n * s->cols, &e);
     for (int i = 0; i < nw && ok; i++) {
         ok = !dr_cuda_weight_upload(c, &w, &dw[i], &e);
-        jobs[i] = (dr_cuda_job){dw[i], dx, n, (float *)dy + (size_t)(i % per_call) * n * s->rows, 0, 0};
+        jobs[i] = (dr_cuda_job){dw[i], dx, n, (float *)dy + (size_t)(i % per_call) * n * s->rows, 0, 0, 0, 0};
     }
     timed t = {c, jobs, sets, per_call, 0, separate, {0}};
     double *ms = malloc(sizeof(double) * samples);
@@ -167,16 +167,31 @@ int main(int argc, char **argv) {
         {"dense bf16", DR_WF_BF16, 2048, 2048, 0, 0},
         {"lm_head slice bf16", DR_WF_BF16, 4097, 2048, 0, 0},
         {"launch floor: 4 rows bf16", DR_WF_BF16, 4, 2048, 0, 0},
+        /* the large dense products of a frame (MODEL.md 4.2, the full tower shape of make-model) */
+        {"deltanet in_proj_qkv / attn q_proj bf16", DR_WF_BF16, 8192, 2048, 0, 0},
+        {"deltanet in_proj_z bf16", DR_WF_BF16, 4096, 2048, 0, 0},
+        {"deltanet out_proj / attn o_proj bf16", DR_WF_BF16, 2048, 4096, 0, 0},
+        {"tower w1 / w3 bf16", DR_WF_BF16, 9728, 2560, 0, 0},
+        {"tower w2 bf16", DR_WF_BF16, 2560, 9728, 0, 0},
+        {"tower wqkv bf16", DR_WF_BF16, 6144, 2560, 0, 0},
+        {"tower eh_proj bf16", DR_WF_BF16, 2560, 4608, 0, 0},
     };
     const int ns[] = {1, 4, 16};
-    printf("| shape | [out, in] | n | launches x products | us/call | GB/s | %% of 4.8 TB/s |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    double copy_bps = 0;
+    if (dr_cuda_copy_bandwidth(c, (size_t)2 << 30, &copy_bps, &e) == DRAMA_OK)
+        printf("device-to-device copy (1 GiB each way, best of 5): %.0f GB/s (read + write)\n", copy_bps / 1e9);
+    else
+        printf("copy bandwidth probe failed: %s\n", e.message);
+    double ref_gbs = copy_bps > 0 ? copy_bps / 1e9 : PEAK_GBS;
+    printf("| shape | [out, in] | n | launches x products | us/call | GB/s | %% of 4.8 TB/s | %% of copy |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < (k >= 10 ? 1 : 3); t++) { /* the large dense products at n = 1 only */
             double us, gbs;
             if (bench(c, &shapes[k], ns[t], 1, 0, samples, &us, &gbs))
-                printf("| %s | [%lld, %lld] | %d | 1 x 1 | %.2f | %.0f | %.1f |\n", shapes[k].what,
-                       (long long)shapes[k].rows, (long long)shapes[k].cols, ns[t], us, gbs, 100.0 * gbs / PEAK_GBS);
+                printf("| %s | [%lld, %lld] | %d | 1 x 1 | %.2f | %.0f | %.1f | %.1f |\n", shapes[k].what,
+                       (long long)shapes[k].rows, (long long)shapes[k].cols, ns[t], us, gbs, 100.0 * gbs / PEAK_GBS,
+                       100.0 * gbs / ref_gbs);
         }
     }
     /* the 8 routed experts of one token: one batched launch vs 8 launches */
@@ -184,9 +199,9 @@ int main(int argc, char **argv) {
         for (int sep = 0; sep < 2; sep++) {
             double us, gbs;
             if (bench(c, &shapes[k], 1, 8, sep, samples, &us, &gbs))
-                printf("| 8 experts %s | [%lld, %lld] | 1 | %s | %.2f | %.0f | %.1f |\n", shapes[k].what + 7,
+                printf("| 8 experts %s | [%lld, %lld] | 1 | %s | %.2f | %.0f | %.1f | %.1f |\n", shapes[k].what + 7,
                        (long long)shapes[k].rows, (long long)shapes[k].cols, sep ? "8 x 1" : "1 x 8", us, gbs,
-                       100.0 * gbs / PEAK_GBS);
+                       100.0 * gbs / PEAK_GBS, 100.0 * gbs / ref_gbs);
         }
     }
     dr_cuda_close(c);

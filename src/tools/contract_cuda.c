@@ -4,7 +4,7 @@
  * widths, row ranges, batched launches), and planted defects compiled into the device kernel
  * (backend/cuda/cuda_contract.h). Without a usable device every entry is reported NOT RUN.
  * Tolerance derivation: docs/contract.md ("CUDA"). */
-#include "tools/contract_internal.h"
+#include "tools/contract_cuda_internal.h"
 
 #ifndef DRAMA_HAVE_CUDA
 
@@ -38,11 +38,97 @@ const char *ct_cuda_build_note(void) {
 
 const char *ct_cuda_build_note(void) { return NULL; }
 
-static const char *cuda_unavailable(char *why, size_t why_size) {
+/* ---- device buffers of one case ---- */
+
+const char *cu_unavailable(char *why, size_t why_size) {
     char reason[160] = "";
     if (dr_cuda_device_count(reason, sizeof reason) > 0) return NULL;
     snprintf(why, why_size, "no CUDA device (%s)", reason);
     return why;
+}
+
+int cu_open(cu_t *t, ct_result *res) {
+    memset(t, 0, sizeof *t);
+    if (dr_cuda_open(0, &t->c, &t->err) == DRAMA_OK) return 0;
+    ct_case_error(res, "dr_cuda_open", t->err.message);
+    return -1;
+}
+
+void cu_free_all(cu_t *t) {
+    for (int i = 0; i < t->nbuf; i++) dr_cuda_free(t->c, t->buf[i]);
+    for (int i = 0; i < t->nw; i++) dr_cuda_weight_free(t->w[i]);
+    t->nbuf = t->nw = 0;
+}
+
+void cu_close(cu_t *t) {
+    cu_free_all(t);
+    dr_cuda_close(t->c);
+    t->c = NULL;
+}
+
+void *cu_alloc(cu_t *t, size_t bytes) {
+    if (t->failed) return NULL;
+    if (t->nbuf == CU_MAX_BUF) {
+        t->failed = 1;
+        dr_fail(&t->err, DRAMA_EINTERNAL, "contract: too many device buffers in one case");
+        return NULL;
+    }
+    void *d = NULL;
+    if (dr_cuda_malloc(t->c, bytes, &d, &t->err)) {
+        t->failed = 1;
+        return NULL;
+    }
+    t->buf[t->nbuf++] = d;
+    return d;
+}
+
+void *cu_put(cu_t *t, const void *host, size_t bytes) {
+    void *d = cu_alloc(t, bytes);
+    if (d && dr_cuda_to_device(t->c, d, host, bytes, &t->err)) t->failed = 1;
+    return t->failed ? NULL : d;
+}
+
+static void *cu_fill(cu_t *t, size_t bytes, int byte) {
+    void *d = cu_alloc(t, bytes);
+    if (d && dr_cuda_memset(t->c, d, byte, bytes, &t->err)) t->failed = 1;
+    return t->failed ? NULL : d;
+}
+void *cu_poison(cu_t *t, size_t bytes) { return cu_fill(t, bytes, 0xFF); }
+void *cu_zero(cu_t *t, size_t bytes) { return cu_fill(t, bytes, 0); }
+
+dr_cuda_weight *cu_weight(cu_t *t, const dr_weight *w) {
+    if (t->failed) return NULL;
+    dr_cuda_weight *d = NULL;
+    if (t->nw == CU_MAX_BUF || dr_cuda_weight_upload(t->c, w, &d, &t->err)) {
+        t->failed = 1;
+        return NULL;
+    }
+    t->w[t->nw++] = d;
+    return d;
+}
+
+void *cu_ptrs(cu_t *t, void *const *ptrs, int n) { return cu_put(t, ptrs, (size_t)n * sizeof(void *)); }
+
+int cu_get(cu_t *t, void *host, const void *dev, size_t bytes) {
+    if (t->failed) return -1;
+    if (dr_cuda_sync(t->c, &t->err) || dr_cuda_to_host(t->c, host, dev, bytes, &t->err)) t->failed = 1;
+    return t->failed ? -1 : 0;
+}
+
+int cu_case_end(cu_t *t, ct_result *res, const char *name) {
+    int bad = t->failed;
+    if (bad) ct_case_error(res, name, t->err.message);
+    t->failed = 0;
+    cu_free_all(t);
+    return bad ? -1 : 0;
+}
+
+double cu_time(cu_t *t, drama_status (*fn)(void *arg), void *arg) {
+    double ms = INFINITY, best = INFINITY;
+    if (t->failed || dr_cuda_time(t->c, fn, arg, 5, &ms, &t->err)) return INFINITY;
+    for (int rep = 0; rep < 5; rep++)
+        if (!dr_cuda_time(t->c, fn, arg, 20, &ms, &t->err) && ms < best) best = ms;
+    return best;
 }
 
 /* The product under test: the real kernel through the public API, or the planted defect. */
@@ -85,7 +171,7 @@ static int cu_run(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const flo
     cu_case cc = {0};
     drama_status st = dr_cuda_weight_upload(c, w, &cc.w[0], &err);
     if (!st) st = cu_buffers(c, &cc, x, n * w->cols, n * w->rows, &err);
-    dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, 0, 0};
+    dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, 0, 0, 0, 0};
     if (!st) st = product(k, c, &j, 1, &err);
     if (!st) st = dr_cuda_sync(c, &err);
     if (!st) st = dr_cuda_to_host(c, y, cc.y, (size_t)(n * w->rows) * sizeof(float), &err);
@@ -123,7 +209,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
         ct_poison(y, n * m);
         drama_status st = dr_cuda_weight_upload(c, &fx->t.w, &cc.w[0], &err);
         if (!st) st = cu_buffers(c, &cc, fx->x, n * fx->cols, n * m, &err);
-        dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, r0, r1};
+        dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, r0, r1, 0, 0};
         if (!st) st = product(k, c, &j, 1, &err);
         if (!st) st = dr_cuda_sync(c, &err);
         if (!st) st = dr_cuda_to_host(c, y, cc.y, (size_t)(n * m) * sizeof(float), &err);
@@ -168,7 +254,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
             const float *xbase = (i % 2) ? xb : cc.x;
             int full = r0s[i] == 0 && r1s[i] == fx->rows && i % 4 == 0; /* some as r0 == r1 == 0 */
             jobs[i] = (dr_cuda_job){cc.w[i % 2], xbase + xoff[i] * fx->cols, ns[i % 5], cc.y + yoff[i],
-                                    full ? 0 : r0s[i], full ? 0 : r1s[i]};
+                                    full ? 0 : r0s[i], full ? 0 : r1s[i], 0, 0};
         }
         st = product(k, c, jobs, NJOB, &err);
     }
@@ -232,7 +318,7 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
     if (ct_w_make(&t, f, src, rows, cols) == 0 && dr_cuda_open(0, &tm.c, &tm.err) == DRAMA_OK) {
         drama_status st = dr_cuda_weight_upload(tm.c, &t.w, &cc.w[0], &tm.err);
         if (!st) st = cu_buffers(tm.c, &cc, x, cols, rows, &tm.err);
-        tm.job = (dr_cuda_job){cc.w[0], cc.x, 1, cc.y, 0, 0};
+        tm.job = (dr_cuda_job){cc.w[0], cc.x, 1, cc.y, 0, 0, 0, 0};
         if (!st) st = dr_cuda_time(tm.c, timed_call, &tm, 5, &(double){0}, &tm.err); /* warm-up */
         for (int rep = 0; rep < 5 && !st; rep++) {
             double ms = INFINITY;
@@ -280,7 +366,9 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
                              .time_shape = "[2048,2048] n=1 (CUDA events)",
                              .limit_ms = limit_ms(f),
                              .variant = f,
-                             .unavailable = cuda_unavailable};
+                             .unavailable = cu_unavailable};
+    n += ct_cuda_ops_kernels(out + n, max - n);
+    n += ct_cuda_model_kernels(out + n, max - n);
     return n;
 }
 
@@ -299,7 +387,9 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
         out[n] = (ct_kernel){.name = ct_matmul_names[c[i].f], .backend = "cuda/control",
                              .precision = k_precision_cuda, .check = check, .variant = c[i].f,
-                             .control = c[i].defect, .control_desc = c[i].desc, .unavailable = cuda_unavailable};
+                             .control = c[i].defect, .control_desc = c[i].desc, .unavailable = cu_unavailable};
+    n += ct_cuda_ops_controls(out + n, max - n);
+    n += ct_cuda_model_controls(out + n, max - n);
     return n;
 }
 

@@ -91,6 +91,11 @@ void ct_matmul_fill(int kind, int f, uint64_t *s, float *w, int64_t rows, int64_
  * extra roundings of the kernel beyond K, see docs/contract.md); alt (may be NULL) = fp16-accumulated. */
 void ct_matmul_reference(const dr_weight *w, const float *x, int64_t n, int chain, double *ref, double *tol,
                          float *alt);
+/* W[r][c] in float64 from the stored bytes (FORMATS.md 3-4), and its magnitude for error bounds
+ * (|w|; affine |s q| + |w|). */
+double ct_weight_ref(const dr_weight *w, int64_t r, int64_t c, double *mag);
+/* out[n][rows] = sum_k mag_k e[n][k]: how errors e of a product's input reach its outputs. */
+void ct_matmul_abs(const dr_weight *w, const double *e, int64_t n, double *out);
 /* A random fixture for the structure cases: a weight of format f (cols rounded up to the granule),
  * nx activation rows, and their float64 reference and tolerance ([nx][rows], with `chain`). */
 typedef struct ct_mm_fixture {

@@ -220,6 +220,25 @@ static double ref_w(const dr_weight *w, int64_t r, int64_t c, double *mag) {
     return v;
 }
 
+double ct_weight_ref(const dr_weight *w, int64_t r, int64_t c, double *mag) {
+    double m;
+    return ref_w(w, r, c, mag ? mag : &m);
+}
+
+void ct_matmul_abs(const dr_weight *w, const double *e, int64_t n, double *out) {
+    int64_t K = w->cols;
+    double *wm = malloc((size_t)K * sizeof *wm);
+    for (int64_t r = 0; r < w->rows; r++) {
+        for (int64_t k = 0; k < K; k++) ref_w(w, r, k, &wm[k]);
+        for (int64_t i = 0; i < n; i++) {
+            double m = 0;
+            for (int64_t k = 0; k < K; k++) m += wm[k] * e[i * K + k];
+            out[i * w->rows + r] = m;
+        }
+    }
+    free(wm);
+}
+
 /* y_ref = x W^T in float64; tol = (K + chain) u sum_k |x_k| mag_k + 2^-140; alt = fp16-accumulated */
 void ct_matmul_reference(const dr_weight *w, const float *x, int64_t n, int chain, double *ref, double *tol,
                          float *alt) {

@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "num/expf_det.h"
+
 void dr_op_rms_norm(const float *x, const float *w, double eps, int64_t n, float *y) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
@@ -221,7 +223,8 @@ void dr_op_guidance(const float *cond, const float *uncond, int64_t n, float gam
 }
 
 void dr_op_exp_weights(const float *x, int64_t n, float x_max, float temperature, double *q) {
-    for (int64_t r = 0; r < n; r++) q[r] = (double)expf((x[r] - x_max) / temperature);
+    /* dr_expf_det, not libm: the CUDA sampler computes the same bits (num/expf_det.h) */
+    for (int64_t r = 0; r < n; r++) q[r] = (double)dr_expf_det((x[r] - x_max) / temperature);
 }
 
 int dr_op_top_p_count(const double *q, int m, double top_p, int keep_crossing) {

@@ -92,7 +92,8 @@ void dr_op_moe_combine(const float *const *ys, const float *w, int k, const floa
 /* Classifier-free guidance: out = c + gamma * (c - u); an excluded (-inf) cond logit stays -inf. */
 void dr_op_guidance(const float *cond, const float *uncond, int64_t n, float gamma, float *out);
 
-/* Tempered sampling weights: q[r] = expf((x[r] - x_max) / temperature) (fp32 terms, widened). */
+/* Tempered sampling weights: q[r] = exp((x[r] - x_max) / temperature) (fp32 terms, widened), exp
+ * being dr_expf_det (num/expf_det.h: the same bits on the host and the CUDA device). */
 void dr_op_exp_weights(const float *x, int64_t n, float x_max, float temperature, double *q);
 
 /* Nucleus cut over weights q[0..m) in descending rank order (finite, >= 0, not normalised): the

@@ -15,6 +15,10 @@ static drama_status cuda_fail(drama_error *err, cudaError_t e, const char *what)
                    cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+drama_status dr_cuda_check(cudaError_t e, const char *what, drama_error *err) {
+    return e == cudaSuccess ? DRAMA_OK : cuda_fail(err, e, what);
+}
+
 extern "C" int dr_cuda_device_count(char *why, size_t why_size) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -271,6 +275,9 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     if (in->n < 0) return dr_fail(err, DRAMA_EINVAL, "%s: negative row count n=%lld", w->name, (long long)in->n);
     if (in->n > 0 && r1 > r0 && (!in->x || !in->y))
         return dr_fail(err, DRAMA_EINVAL, "%s: NULL x or y device pointer", w->name);
+    if (in->y_ld < 0 || (in->y_ld > 0 && in->y_ld < r1 - r0))
+        return dr_fail(err, DRAMA_EINVAL, "%s: y row stride %lld below the %lld rows asked", w->name,
+                       (long long)in->y_ld, (long long)(r1 - r0));
     memset(j, 0, sizeof *j);
     j->data = w->data;
     j->scales = w->scales;
@@ -289,7 +296,30 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     j->block_cols = w->block_cols;
     j->group = w->group;
     j->x_vec = ((uintptr_t)in->x % 16 == 0) && (w->cols % 4 == 0);
+    j->fmt = w->fmt;
+    j->y_ld = in->y_ld;
+    j->add = in->add;
     return DRAMA_OK;
+}
+
+mv_job dr_cuda_weight_view(const dr_cuda_weight *w) {
+    mv_job j;
+    memset(&j, 0, sizeof j);
+    j.data = w->data;
+    j.scales = w->scales;
+    j.biases = w->biases;
+    j.pitch = (int64_t)w->pitch;
+    j.r1 = w->rows;
+    j.cols = w->cols;
+    j.scale_cols = w->scale_cols;
+    j.global_scale = w->global_scale;
+    j.scale_dt = w->scale_dt;
+    j.block_rows = w->block_rows;
+    j.block_cols = w->block_cols;
+    j.group = w->group;
+    j.fmt = w->fmt;
+    j.x_vec = w->cols % 4 == 0; /* the kernels' activation buffers are 16-byte aligned */
+    return j;
 }
 
 static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_error *err) {
@@ -350,7 +380,7 @@ extern "C" drama_status dr_cuda_matmul_rows(dr_cuda *c, const dr_cuda_weight *w,
         return dr_fail(err, DRAMA_EINVAL, "%s: row range [%lld, %lld) outside [0, %lld)", w->name, (long long)r0,
                        (long long)r1, (long long)w->rows);
     if (r0 == r1) return DRAMA_OK; /* nothing asked (and not the "all rows" job marker) */
-    dr_cuda_job j = {w, x, n, y, r0, r1};
+    dr_cuda_job j = {w, x, n, y, r0, r1, 0, 0};
     return dr_cuda_matmul_batch(c, &j, 1, err);
 }
 
@@ -383,5 +413,34 @@ extern "C" drama_status dr_cuda_time(dr_cuda *c, drama_status (*fn)(void *arg), 
     if (st) return st;
     if (e != cudaSuccess) return cuda_fail(err, e, "event timing");
     *ms_per_call = (double)ms / calls;
+    return DRAMA_OK;
+}
+
+extern "C" drama_status dr_cuda_copy_bandwidth(dr_cuda *c, size_t bytes, double *bytes_per_s, drama_error *err) {
+    if (!c || !bytes_per_s || bytes < 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_copy_bandwidth: bad argument");
+    size_t half = bytes / 2 / 256 * 256;
+    uint8_t *buf = NULL;
+    cudaError_t e = cudaMalloc((void **)&buf, 2 * half);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaMalloc (bandwidth probe)");
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double best = 0;
+    e = cudaMemsetAsync(buf, 1, 2 * half, c->stream);
+    for (int rep = 0; rep < 6 && e == cudaSuccess; rep++) { /* the first is a warm-up */
+        cudaEventRecord(a, c->stream);
+        e = cudaMemcpyAsync(buf + half, buf, half, cudaMemcpyDeviceToDevice, c->stream);
+        cudaEventRecord(b, c->stream);
+        if (e == cudaSuccess) e = cudaEventSynchronize(b);
+        float ms = 0;
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+        double bps = ms > 0 ? 2.0 * (double)half / (ms * 1e-3) : 0;
+        if (rep > 0 && bps > best) best = bps;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(buf);
+    if (e != cudaSuccess) return cuda_fail(err, e, "bandwidth probe");
+    *bytes_per_s = best;
     return DRAMA_OK;
 }

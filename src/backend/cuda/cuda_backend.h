@@ -80,8 +80,10 @@ typedef struct dr_cuda_job {
     const dr_cuda_weight *w;
     const float *x; /* [n][cols] */
     int64_t n;
-    float *y;       /* [n][r1 - r0] */
+    float *y;       /* [n][r1 - r0], rows y_ld floats apart when y_ld > 0 */
     int64_t r0, r1;
+    int64_t y_ld;   /* 0: r1 - r0; else >= r1 - r0 (e.g. the end-token row beside the semantic rows) */
+    int add;        /* 1: y += x W^T (residual add fused into the store) */
 } dr_cuda_job;
 drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err);
 
@@ -89,6 +91,10 @@ drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count
  * and returns the elapsed milliseconds divided by calls. For benchmarks only. */
 drama_status dr_cuda_time(dr_cuda *c, drama_status (*fn)(void *arg), void *arg, int calls, double *ms_per_call,
                           drama_error *err);
+
+/* Device memory bandwidth measured now: the best of 5 device-to-device copies of `bytes` (split in
+ * two halves of one allocation), counted as bytes read + bytes written per second. */
+drama_status dr_cuda_copy_bandwidth(dr_cuda *c, size_t bytes, double *bytes_per_s, drama_error *err);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,11 @@ typedef enum dr_cuda_defect {
 drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect,
                                          drama_error *err);
 
+/* y[i] = dr_expf_det(x[i]) computed on the device (num/expf_det.h), for the contract's check that
+ * host and device give the same bits; device_expf = 1 computes the device's own expf instead (the
+ * planted control: close, but not the same bits). x, y device pointers. */
+drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float *y, int device_expf, drama_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,9 @@ struct mv_job {
     float global_scale;
     int scale_dt, block_rows, block_cols, group;
     int x_vec; /* x rows are 16-byte aligned and cols % 4 == 0: float4 loads */
+    int fmt;   /* mv_fmt (kernels that take several formats dispatch on it) */
+    int64_t y_ld;  /* y row stride in floats (0: r1 - r0) */
+    int add;   /* 1: y += x W^T (the residual add of the CPU's x[j] += mix[j]) */
 };
 
 struct mv_batch {
@@ -55,6 +58,13 @@ struct mv_batch {
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };
+
+/* The geometry of an uploaded weight as a job with no x, y or rows (device kernels that read
+ * weights other than through dr_cuda_matmul take it; cuda_backend.cu). */
+mv_job dr_cuda_weight_view(const dr_cuda_weight *w);
+
+/* DRAMA_OK, or the runtime's error for `what` (cudaGetLastError after a launch). */
+drama_status dr_cuda_check(cudaError_t e, const char *what, drama_error *err);
 
 /* Launches one kernel for all jobs of b (same fmt). Returns the launch error. */
 cudaError_t dr_cuda_launch_matvec(int fmt, const mv_batch *b, cudaStream_t stream);

@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     const uint8_t *wrow = J.data + row * J.pitch;
     const int64_t nfull = J.cols / EPC;            /* chunks without a ragged end */
     const int64_t nch = (J.cols + EPC - 1) / EPC;  /* all chunks */
-    const int64_t ystride = J.r1 - J.r0;
+    const int64_t ystride = J.y_ld ? J.y_ld : J.r1 - J.r0;
 
     /* planted TILE_TAIL: the activation rows of a last partial tile are never computed */
     const int64_t nrun = (DEFECT == DR_CUDA_DEFECT_TILE_TAIL && J.n > NT) ? J.n / NT * NT : J.n;
@@ -232,7 +232,10 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
         if (lane == 0) {
 #pragma unroll
             for (int j = 0; j < NT; j++)
-                if (j < nt) J.y[(t0 + j) * ystride + (row - J.r0)] = acc[j];
+                if (j < nt) {
+                    float *yp = J.y + (t0 + j) * ystride + (row - J.r0);
+                    *yp = J.add ? *yp + acc[j] : acc[j]; /* add: the residual stream, one fp32 add */
+                }
         }
     }
 }

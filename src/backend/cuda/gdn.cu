@@ -1,0 +1,151 @@
+/* gdn.cu - the Gated DeltaNet mixer between its projections (MODEL.md 5.4): the causal depthwise
+ * conv with its carried window and SiLU (one thread per channel, rows in order), then per value
+ * head the l2-normalised q/k, the decay and beta gates, the delta-rule recurrence and the gated
+ * output norm (one block per value head; two threads per column keep the head's fp32 state in
+ * registers, so the state is read once and written once per call, also for a prefill).
+ *
+ * A prefill runs the recurrence row by row inside one launch: that is the CPU's order, so a
+ * prefill equals decoding the same rows one at a time (a chunked form would reassociate). Every
+ * fp32 step is the CPU's (backend/cpu/ops.c) spelled without contraction; the remaining
+ * differences are the device expf/log1pf (within 2 ulp) and the order of double sums. */
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dev_common.cuh"
+
+#define CONV_THREADS 256
+#define REC_THREADS (2 * DR_CUDA_GDN_MAX_DV) /* two threads per state column */
+#define GDN_ROWS (DR_CUDA_GDN_MAX_DK / 2)
+
+__global__ void __launch_bounds__(CONV_THREADS)
+gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64_t u_ld, float *const *win,
+                const int32_t *skip, float *y) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int K = s.K;
+    const float *wc = s.conv_w + c * K;
+    for (int64_t i = 0; i < n; i++) {
+        float *w = win[i];
+        float uc = u[i * u_ld + c];
+        float acc = s.conv_b ? s.conv_b[c] : 0.0f;
+        for (int j = 0; j < K - 1; j++) acc = fadd(acc, fmul(wc[j], w[(int64_t)j * C + c]));
+        acc = fadd(acc, fmul(wc[K - 1], uc));
+        if (!(skip && skip[i])) {
+            for (int j = 0; j + 1 < K - 1; j++) w[(int64_t)j * C + c] = w[(int64_t)(j + 1) * C + c];
+            if (K > 1) w[(int64_t)(K - 2) * C + c] = uc;
+        }
+        y[i * C + c] = dsilu(acc);
+    }
+}
+
+extern "C" drama_status dr_cuda_gdn_conv(dr_cuda *c, const dr_cuda_gdn_shape *s, int64_t n, const float *u,
+                                         int64_t u_ld, float *const *win, const int32_t *skip, float *y,
+                                         drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    if (!s || !u || !win || !y || !s->conv_w || s->K < 1)
+        return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_conv: bad shape or pointers");
+    int64_t C = 2 * (int64_t)s->nk * s->dk + (int64_t)s->nv * s->dv;
+    if (u_ld < C) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_conv: u rows of %lld < %lld channels", (long long)u_ld, (long long)C);
+    gdn_conv_kernel<<<(unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, c->stream>>>(*s, n, C, u, u_ld,
+                                                                                                     win, skip, y);
+    return dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
+}
+
+/* x[0..d) *= fp32(1 / sqrt(sum x^2 + eps)) * scale, by the whole block (dr_op_l2norm) */
+__device__ __forceinline__ void block_l2norm(float *x, int d, float scale, double *sh) {
+    double ss = 0.0;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) ss += (double)x[e] * (double)x[e];
+    ss = block_sum_d(ss, sh);
+    float r = fmul((float)(1.0 / sqrt(ss + (double)1e-6f)), scale);
+    __syncthreads(); /* every thread has read x before anyone rescales it */
+    for (int e = threadIdx.x; e < d; e += blockDim.x) x[e] = fmul(x[e], r);
+    __syncthreads();
+}
+
+/* Block = value head h (and row i0 when rows are distinct sessions). Thread t owns column
+ * j = t / 2 of the state, rows e = 2 ee + (t & 1): two threads per column keep 64 state values each
+ * in registers; their partial sums meet by one shuffle (commutative: both get the same bits). */
+__global__ void __launch_bounds__(REC_THREADS)
+gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y, const float *z, int64_t z_ld,
+                 const float *a, const float *b, int64_t ab_ld, float *const *state, const int32_t *skip, float *o) {
+    __shared__ float qv[DR_CUDA_GDN_MAX_DK], kv[DR_CUDA_GDN_MAX_DK];
+    __shared__ double sh[32];
+    const int h = blockIdx.x, j = threadIdx.x >> 1, half = threadIdx.x & 1, dk = s.dk, dv = s.dv;
+    const int64_t i0 = one_session ? 0 : blockIdx.y, i1 = one_session ? n : i0 + 1;
+    const int kh = h / (s.nv / s.nk);
+    const int64_t qk = (int64_t)s.nk * dk, C = 2 * qk + (int64_t)s.nv * dv, vd = (int64_t)s.nv * dv;
+    const float qscale = fdiv(1.0f, __fsqrt_rn((float)dk));
+    float *S = state[i0] + (int64_t)h * dk * dv;
+    const bool col = j < dv;
+    float st[GDN_ROWS];
+#pragma unroll
+    for (int ee = 0; ee < GDN_ROWS; ee++) {
+        int e = 2 * ee + half;
+        st[ee] = (col && e < dk) ? S[(int64_t)e * dv + j] : 0.0f;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const float *yi = y + i * C;
+        for (int e = threadIdx.x; e < dk; e += blockDim.x) {
+            qv[e] = yi[(int64_t)kh * dk + e];
+            kv[e] = yi[qk + (int64_t)kh * dk + e];
+        }
+        __syncthreads();
+        block_l2norm(qv, dk, qscale, sh);
+        block_l2norm(kv, dk, 1.0f, sh);
+        float g = fmul(s.neg_A[h], dsoftplus(fadd(a[i * ab_ld + h], s.dt_bias[h])));
+        float beta = dsigmoid(b[i * ab_ld + h]);
+        float decay = expf(g), m = 0.0f;
+#pragma unroll
+        for (int ee = 0; ee < GDN_ROWS; ee++) {
+            int e = 2 * ee + half;
+            if (e < dk) {
+                st[ee] = fmul(st[ee], decay);
+                m = fadd(m, fmul(st[ee], kv[e]));
+            }
+        }
+        m = fadd(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+        float dlt = col ? fmul(fsub(yi[2 * qk + (int64_t)h * dv + j], m), beta) : 0.0f;
+        float oj = 0.0f;
+#pragma unroll
+        for (int ee = 0; ee < GDN_ROWS; ee++) {
+            int e = 2 * ee + half;
+            if (e < dk) {
+                st[ee] = fadd(st[ee], fmul(kv[e], dlt));
+                oj = fadd(oj, fmul(st[ee], qv[e]));
+            }
+        }
+        oj = fadd(oj, __shfl_xor_sync(0xFFFFFFFFu, oj, 1));
+        /* o_h = rms_norm_plain(o_h, norm) * silu(z_h) (dr_op_gated_rms_norm) */
+        double ss = block_sum_d((col && !half) ? (double)oj * (double)oj : 0.0, sh);
+        float r = (float)(1.0 / sqrt(ss / (double)dv + s.eps));
+        if (col && !half) {
+            const float *nw = s.norm + (s.norm_per_channel ? (int64_t)h * dv : 0);
+            float on = fmul(fmul(oj, r), nw[j]);
+            o[i * vd + (int64_t)h * dv + j] = fmul(on, dsilu(z[i * z_ld + (int64_t)h * dv + j]));
+        }
+        __syncthreads(); /* qv / kv are refilled by the next row */
+    }
+    if (col && !(skip && !one_session && skip[i0])) {
+#pragma unroll
+        for (int ee = 0; ee < GDN_ROWS; ee++) {
+            int e = 2 * ee + half;
+            if (e < dk) S[(int64_t)e * dv + j] = st[ee];
+        }
+    }
+}
+
+extern "C" drama_status dr_cuda_gdn_recur(dr_cuda *c, const dr_cuda_gdn_shape *s, int64_t n, int one_session,
+                                          const float *y, const float *z, int64_t z_ld, const float *a, const float *b,
+                                          int64_t ab_ld, float *const *state, const int32_t *skip, float *o,
+                                          drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    if (!s || !y || !z || !a || !b || !state || !o || !s->neg_A || !s->dt_bias || !s->norm || s->nk <= 0 ||
+        s->nv % s->nk || s->dk <= 0 || s->dv <= 0)
+        return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_recur: bad shape or pointers");
+    if (s->dk > DR_CUDA_GDN_MAX_DK || s->dv > DR_CUDA_GDN_MAX_DV)
+        return dr_fail(err, DRAMA_EUNSUPPORTED,
+                       "CUDA DeltaNet: key head dim %d / value head dim %d beyond the kernel's %d / %d", s->dk, s->dv,
+                       DR_CUDA_GDN_MAX_DK, DR_CUDA_GDN_MAX_DV);
+    int threads = (2 * s->dv + 31) / 32 * 32;
+    dim3 grid((unsigned)s->nv, one_session ? 1u : (unsigned)n);
+    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, one_session, y, z, z_ld, a, b, ab_ld, state, skip, o);
+    return dr_cuda_check(cudaGetLastError(), "deltanet recurrence launch", err);
+}

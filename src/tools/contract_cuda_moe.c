@@ -1,0 +1,246 @@
+/* contract_cuda_moe.c - `drama contract` entries for the CUDA MoE layer (dr_cuda_moe_run), one per
+ * stored expert format and layout (per-expert, fused 3-D gate_up, pruned): router, routing,
+ * experts, shared expert and the residual add against a float64 reference over the stored bytes,
+ * with running error bounds (contract_ev.h). The selected ids must equal the reference's; fixtures
+ * keep the k-th and (k+1)-th scores apart by more than their error bounds, so the choice is
+ * well defined. docs/contract.md "CUDA kernels". */
+#include "tools/contract_cuda_internal.h"
+
+#ifdef DRAMA_HAVE_CUDA
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "tools/contract_ev.h"
+
+#define U CT_U32
+
+static const struct {
+    const char *name;
+    int f, fused, pruned;
+} moe_v[CT_CUDA_MOE_VARIANTS] = {
+    {"moe.bf16", CT_F_BF16, 0, 0},      {"moe.fp8_block", CT_F_FP8B, 0, 0}, {"moe.fp8_tensor", CT_F_FP8T, 0, 0},
+    {"moe.nvfp4", CT_F_NVFP4, 0, 0},    {"moe.affine4", CT_F_AFF4, 0, 0},   {"moe.affine8", CT_F_AFF8, 0, 0},
+    {"moe.fused_fp8", CT_F_FP8B, 1, 0}, {"moe.pruned_nvfp4", CT_F_NVFP4, 0, 1},
+};
+
+const char *ct_cuda_moe_name(int i) { return moe_v[i].name; }
+
+enum { E = 16, TOPK = 4, H = 128, I = 64, IS = 32 };
+
+static void *xm(size_t n) { return calloc(n ? n : 1, 1); }
+static void fillr(uint64_t *s, float *x, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(scale * ct_rand_normal(s));
+}
+
+typedef struct moe_w {
+    ct_w router, sg, su, sd, sgp;
+    ct_w gate[E], up[E], gu[E], down[E];
+    int n_kept, kept[E], slot[E], ok;
+} moe_w;
+
+static int make_w(ct_w *t, int f, uint64_t *s, int64_t rows, int64_t cols, double scale) {
+    float *src = xm((size_t)(rows * cols) * 4);
+    fillr(s, src, rows * cols, scale);
+    int r = ct_w_make(t, f, src, rows, cols);
+    free(src);
+    return r;
+}
+
+static void moe_w_make(moe_w *m, int f, int fused, int pruned, uint64_t *s) {
+    memset(m, 0, sizeof *m);
+    int ok = make_w(&m->router, CT_F_BF16, s, E, H, 0.3) == 0;
+    ok = make_w(&m->sg, CT_F_BF16, s, IS, H, 0.15) == 0 && ok;
+    ok = make_w(&m->su, CT_F_BF16, s, IS, H, 0.15) == 0 && ok;
+    ok = make_w(&m->sd, CT_F_BF16, s, H, IS, 0.15) == 0 && ok;
+    ok = make_w(&m->sgp, CT_F_BF16, s, 1, H, 0.1) == 0 && ok;
+    for (int e = 0; e < E; e++) {
+        int keep = !pruned || (e % 3 != 2);
+        m->slot[e] = keep ? m->n_kept : -1;
+        if (keep) m->kept[m->n_kept++] = e;
+    }
+    for (int k = 0; k < m->n_kept && ok; k++) {
+        if (fused) ok = make_w(&m->gu[k], f, s, 2 * I, H, 0.15) == 0;
+        else ok = make_w(&m->gate[k], f, s, I, H, 0.15) == 0 && make_w(&m->up[k], f, s, I, H, 0.15) == 0;
+        ok = ok && make_w(&m->down[k], f, s, H, I, 0.15) == 0;
+    }
+    m->ok = ok;
+}
+
+static void moe_w_free(moe_w *m, int fused) {
+    ct_w_free(&m->router), ct_w_free(&m->sg), ct_w_free(&m->su), ct_w_free(&m->sd), ct_w_free(&m->sgp);
+    for (int k = 0; k < m->n_kept; k++) {
+        if (fused) ct_w_free(&m->gu[k]);
+        else ct_w_free(&m->gate[k]), ct_w_free(&m->up[k]);
+        ct_w_free(&m->down[k]);
+    }
+}
+
+/* rows [r0, r1) of a product in float64 with its bound: x [K] floats, exact input errors ex (NULL: 0) */
+static void prod(const dr_weight *w, const float *x, const double *ex, int64_t r0, int64_t r1, ev *out) {
+    int64_t R = w->rows;
+    double *ref = xm((size_t)R * 8), *tol = xm((size_t)R * 8), *pe = xm((size_t)R * 8);
+    ct_matmul_reference(w, x, 1, 8, ref, tol, NULL);
+    if (ex) ct_matmul_abs(w, ex, 1, pe);
+    for (int64_t r = r0; r < r1; r++) out[r - r0] = (ev){ref[r], tol[r] + pe[r]};
+    free(ref), free(tol), free(pe);
+}
+
+/* The selection of one row: ids by score (softmax is monotonic), ties to the lower id. Returns the
+ * gap between the k-th and (k+1)-th eligible scores minus their bounds (<= 0: ambiguous). */
+static double choose(const ev *sc, const int *slot, int *ids) {
+    int used[E] = {0};
+    for (int q = 0; q < TOPK; q++) {
+        int b = -1;
+        for (int e = 0; e < E; e++)
+            if (slot[e] >= 0 && !used[e] && (b < 0 || sc[e].v > sc[b].v)) b = e;
+        ids[q] = b;
+        if (b >= 0) used[b] = 1;
+    }
+    int nx = -1;
+    for (int e = 0; e < E; e++)
+        if (slot[e] >= 0 && !used[e] && (nx < 0 || sc[e].v > sc[nx].v)) nx = e;
+    if (nx < 0 || ids[TOPK - 1] < 0) return INFINITY;
+    return sc[ids[TOPK - 1]].v - sc[nx].v - 4 * (sc[ids[TOPK - 1]].e + sc[nx].e);
+}
+
+static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm) {
+    const int f = moe_v[vi].f, fused = moe_v[vi].fused;
+    moe_w m;
+    moe_w_make(&m, f, fused, moe_v[vi].pruned, s);
+    float *x = xm((size_t)(n * H) * 4), *res0 = xm((size_t)(n * H) * 4), *y = xm((size_t)(n * H) * 4);
+    float *alt = xm((size_t)(n * H) * 4);
+    double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
+    int ids[64 * TOPK];
+    fillr(s, res0, n * H, 1);
+    ev sc[E], g[2 * I], uu[I], yr[TOPK + 1][H], sgv;
+    for (int i = 0; i < n && m.ok; i++) {
+        float *xi = x + (int64_t)i * H;
+        for (int tries = 0; tries < 200; tries++) { /* a well-defined top-k */
+            fillr(s, xi, H, 1);
+            prod(&m.router.w, xi, NULL, 0, E, sc);
+            if (choose(sc, m.slot, ids + i * TOPK) > 0) break;
+        }
+        double M = -INFINITY, z = 0, zc = 0, emax = 0;
+        for (int e = 0; e < E; e++)
+            if (m.slot[e] >= 0) M = fmax(M, sc[e].v), emax = fmax(emax, sc[e].e);
+        for (int e = 0; e < E; e++)
+            if (m.slot[e] >= 0) z += exp(sc[e].v - M);
+        for (int q = 0; q < TOPK; q++) zc += exp(sc[ids[i * TOPK + q]].v - M);
+        prod(&m.sgp.w, xi, NULL, 0, 1, &sgv);
+        ev gate = ev_sigmoid(sgv);
+        /* routed experts (rank order), then the shared expert */
+        double wr[TOPK];
+        for (int q = 0; q <= TOPK; q++) {
+            int sl = q < TOPK ? m.slot[ids[i * TOPK + q]] : -1;
+            int width = q < TOPK ? I : IS;
+            if (q < TOPK) {
+                if (fused) {
+                    prod(&m.gu[sl].w, xi, NULL, 0, 2 * I, g);
+                    memcpy(uu, g + I, sizeof(ev) * I);
+                } else {
+                    prod(&m.gate[sl].w, xi, NULL, 0, I, g);
+                    prod(&m.up[sl].w, xi, NULL, 0, I, uu);
+                }
+                wr[q] = exp(sc[ids[i * TOPK + q]].v - M) / (norm ? zc : z);
+            } else {
+                prod(&m.sg.w, xi, NULL, 0, IS, g);
+                prod(&m.su.w, xi, NULL, 0, IS, uu);
+            }
+            float fa[I];
+            double ea[I];
+            for (int j = 0; j < width; j++) {
+                ev a = ev_mul(ev_silu(g[j]), uu[j]);
+                fa[j] = (float)a.v;
+                ea[j] = a.e + fabs(a.v - (double)fa[j]);
+            }
+            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q]);
+        }
+        for (int h = 0; h < H; h++) {
+            ev o = ev_in(0.0);
+            float ha = 0;
+            for (int q = 0; q < TOPK; q++) {
+                ev w = {wr[q], wr[q] * (2 * emax + 12 * U)};
+                o = ev_add(o, ev_mul(w, yr[q][h]));
+                ha += ct_h((float)wr[q]) * (float)yr[q][h].v;
+            }
+            o = ev_add(o, ev_mul(gate, yr[TOPK][h]));
+            ev out = ev_add(ev_in(res0[(int64_t)i * H + h]), o);
+            ref[(int64_t)i * H + h] = out.v;
+            tol[(int64_t)i * H + h] = ev_tol(out);
+            alt[(int64_t)i * H + h] = res0[(int64_t)i * H + h] + ha + (float)(gate.v * yr[TOPK][h].v);
+        }
+    }
+    /* the device layer */
+    dr_cuda_weight *gate_d[E], *up_d[E], *gu_d[E], *down_d[E];
+    for (int q = 0; q < m.n_kept && m.ok; q++) {
+        gate_d[q] = fused ? NULL : cu_weight(t, &m.gate[q].w);
+        up_d[q] = fused ? NULL : cu_weight(t, &m.up[q].w);
+        gu_d[q] = fused ? cu_weight(t, &m.gu[q].w) : NULL;
+        down_d[q] = cu_weight(t, &m.down[q].w);
+    }
+    dr_cuda_moe_desc d = {E, TOPK, k->control == CT_CUDA_NO_RENORM ? !norm : norm, m.n_kept, H, I, IS, m.slot,
+                          (const dr_cuda_weight *const *)gate_d, (const dr_cuda_weight *const *)up_d,
+                          (const dr_cuda_weight *const *)gu_d, (const dr_cuda_weight *const *)down_d, fused,
+                          m.ok ? cu_weight(t, &m.router.w) : NULL, m.ok ? cu_weight(t, &m.sg.w) : NULL,
+                          m.ok ? cu_weight(t, &m.su.w) : NULL, m.ok ? cu_weight(t, &m.sd.w) : NULL,
+                          m.ok ? cu_weight(t, &m.sgp.w) : NULL};
+    dr_cuda_moe *dm = NULL;
+    if (m.ok && !t->failed && dr_cuda_moe_create(t->c, &d, &dm, &t->err)) t->failed = 1;
+    float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
+    size_t wsb = dm ? dr_cuda_moe_ws_bytes(dm, n) : 0;
+    void *ws = dm ? cu_poison(t, wsb) : NULL;
+    dr_cuda_status *dst = cu_zero(t, sizeof(dr_cuda_status));
+    if (dm && !t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dy, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
+    cu_get(t, y, dy, (size_t)(n * H) * 4);
+    int32_t got[64 * TOPK];
+    int32_t *dids = NULL;
+    if (dm) dr_cuda_moe_last_route(dm, n, ws, &dids, NULL);
+    if (dids) cu_get(t, got, dids, (size_t)(n * TOPK) * 4);
+    if (dm && !t->failed && dr_cuda_status_check(t->c, dst, "moe", &t->err)) t->failed = 1;
+    /* a row with a NaN input has no finite score: the router error */
+    int reported = 0;
+    if (dm && !t->failed) {
+        x[5] = NAN;
+        if (!dr_cuda_to_device(t->c, dx, x, (size_t)H * 4, &t->err) &&
+            !dr_cuda_moe_run(t->c, dm, 1, dx, dy, 1, ws, wsb, 7, dst, &t->err)) {
+            drama_error e = {0};
+            reported = dr_cuda_status_check(t->c, dst, "moe", &e) == DRAMA_ENUMERIC && strstr(e.message, "layer 7");
+        } else {
+            t->failed = 1;
+        }
+    }
+    dr_cuda_moe_free(dm);
+    char name[128];
+    snprintf(name, sizeof name, "%s n=%d experts %d/%d top-%d norm_topk=%d", moe_v[vi].name, n, m.n_kept, E, TOPK, norm);
+    if (!m.ok) ct_case_error(res, name, "could not build the weights");
+    else if (!cu_case_end(t, res, name)) {
+        ct_compare(res, name, y, ref, tol, (int64_t)n * H);
+        ct_discriminate(res, name, alt, ref, tol, (int64_t)n * H);
+        float gi[64 * TOPK];
+        double ri[64 * TOPK], zt[64 * TOPK] = {0};
+        for (int i = 0; i < n * TOPK; i++) gi[i] = (float)got[i], ri[i] = ids[i];
+        ct_compare(res, "selected expert ids (exact)", gi, ri, zt, (int64_t)n * TOPK);
+        float rep = (float)reported;
+        double one = 1, zero = 0;
+        ct_compare(res, "a NaN row reports 'router produced no finite score' with its layer", &rep, &one, &zero, 1);
+    }
+    cu_free_all(t);
+    if (m.ok) moe_w_free(&m, fused);
+    free(x), free(res0), free(y), free(alt), free(ref), free(tol);
+}
+
+void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    cu_t t;
+    if (cu_open(&t, res)) return;
+    int vi = k->variant - CT_CUDA_MOE_FIRST;
+    uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
+    moe_case(k, &t, res, &s, vi, 1, 1);
+    moe_case(k, &t, res, &s, vi, 3, 1);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0);
+    cu_close(&t);
+}
+
+#endif
