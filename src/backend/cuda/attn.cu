@@ -4,9 +4,9 @@
  * prefill (rows of one session at consecutive positions) alike.
  *
  * Arithmetic: the preparation is the CPU's op for op (double sum of squares, fp32 products, cos/sin
- * of the double angle rounded to fp32, the fp32 rotation). The attention accumulates scores and
- * sums in double (as dr_op_attend_f64 does; dr_op_attend uses fp32 products): both CPU forms are
- * within the contract's tolerance of its result. */
+ * of the double angle rounded to fp32, the fp32 rotation). Scores are fp32 dot products times an
+ * fp32 scale (dr_op_attend's form); the softmax and the weighted sum of V accumulate in double (as
+ * dr_op_attend_f64 does). Both CPU forms are within the contract's tolerance of the result. */
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
 
@@ -99,22 +99,27 @@ attn_split_kernel(dr_cuda_attn_shape s, const float *q, const int32_t *pos, floa
     for (int e = threadIdx.x; e < G * hd; e += blockDim.x) qs[e] = q[(i * s.nh + (int64_t)m * G) * hd + e];
     __syncthreads();
     const float *kb = kc[i] + (int64_t)m * hd, *vb = vc[i] + (int64_t)m * hd;
-    /* scores: thread tt owns position t0 + tt; ATT_G heads per pass over its key row */
-    for (int tt = threadIdx.x; tt < nt; tt += blockDim.x) {
+    /* scores: warp w takes positions w, w + 8, ...; its lanes read the key row coalesced and form
+     * the G dot products in fp32 (as dr_op_attend), each reduced by a fixed xor tree */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    for (int tt = warp; tt < nt; tt += nwarp) {
         const float *kr = kb + (int64_t)(t0 + tt) * kvd;
         for (int g0 = 0; g0 < G; g0 += ATT_G) {
-            double a[ATT_G];
+            float a[ATT_G];
 #pragma unroll
-            for (int e = 0; e < ATT_G; e++) a[e] = 0.0;
-            for (int d = 0; d < hd; d++) {
-                double kv = (double)kr[d];
+            for (int e = 0; e < ATT_G; e++) a[e] = 0.0f;
+            for (int d = lane; d < hd; d += 32) {
+                float kv = kr[d];
 #pragma unroll
                 for (int e = 0; e < ATT_G; e++)
-                    if (g0 + e < G) a[e] = fma((double)qs[(g0 + e) * hd + d], kv, a[e]);
+                    if (g0 + e < G) a[e] = fmaf(qs[(g0 + e) * hd + d], kv, a[e]);
             }
 #pragma unroll
-            for (int e = 0; e < ATT_G; e++)
-                if (g0 + e < G) w[(g0 + e) * ATT_P + tt] = (double)(float)(a[e] * s.scale); /* fp32 score */
+            for (int e = 0; e < ATT_G; e++) {
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) a[e] += __shfl_xor_sync(0xFFFFFFFFu, a[e], off);
+                if (lane == 0 && g0 + e < G) w[(g0 + e) * ATT_P + tt] = (double)fmul(a[e], (float)s.scale);
+            }
         }
     }
     __syncthreads();

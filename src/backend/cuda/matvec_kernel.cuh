@@ -157,7 +157,17 @@ __device__ __forceinline__ void decode(const mv_job &J, int64_t row, int64_t c0,
     }
 }
 
-template <int FMT, int NT, bool TAIL, int DEFECT>
+/* x through the read-only cache, or (SX) from shared memory, where a block staged it */
+template <bool SX> __device__ __forceinline__ float4 ldx4(const float *p) {
+    if constexpr (SX) return *reinterpret_cast<const float4 *>(p);
+    else return __ldg(reinterpret_cast<const float4 *>(p));
+}
+template <bool SX> __device__ __forceinline__ float ldx(const float *p) {
+    if constexpr (SX) return *p;
+    else return __ldg(p);
+}
+
+template <int FMT, int NT, bool TAIL, int DEFECT, bool SX = false>
 __device__ __forceinline__ void chunk_dot(const mv_job &J, int64_t row, int64_t ch, uint4 v, int64_t t0, int nt,
                                           float (&acc)[NT]) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
@@ -172,7 +182,7 @@ __device__ __forceinline__ void chunk_dot(const mv_job &J, int64_t row, int64_t 
             if (!TAIL && J.x_vec) {
 #pragma unroll
                 for (int e = 0; e < EPC; e += 4) {
-                    float4 xv = __ldg(reinterpret_cast<const float4 *>(xr + e));
+                    float4 xv = ldx4<SX>(xr + e);
                     acc[j] = keep<DEFECT>(fmaf(w[e], xv.x, acc[j]));
                     acc[j] = keep<DEFECT>(fmaf(w[e + 1], xv.y, acc[j]));
                     acc[j] = keep<DEFECT>(fmaf(w[e + 2], xv.z, acc[j]));
@@ -181,7 +191,7 @@ __device__ __forceinline__ void chunk_dot(const mv_job &J, int64_t row, int64_t 
             } else {
 #pragma unroll
                 for (int e = 0; e < EPC; e++)
-                    if (e < lim) acc[j] = keep<DEFECT>(fmaf(w[e], __ldg(xr + e), acc[j]));
+                    if (e < lim) acc[j] = keep<DEFECT>(fmaf(w[e], ldx<SX>(xr + e), acc[j]));
             }
         }
     }
@@ -240,14 +250,71 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     }
 }
 
+/* n = 1 (a decode step): a block of MV1_WARPS warps stages x in shared memory once and its warps
+ * take MV1_ROWS rows, MV1_UNROLL chunks in flight per lane. Each row's sum is matvec_kernel's: lane
+ * l still adds chunks l, l + 32, ... in order through the same fmaf chain and xor tree (only the
+ * number of loads issued ahead differs), so results are bit-identical to the general kernel. */
+#define MV1_WARPS 8
+#define MV1_ROWS 16
+#define MV1_UNROLL 8
+#define MV1_MAX_COLS 12288 /* x [cols] fp32 in at most 48 KiB of shared memory (no opt-in needed) */
+
+template <int FMT, int DEFECT>
+__global__ void __launch_bounds__(MV1_WARPS * 32) matvec1_kernel(const __grid_constant__ mv_batch b) {
+    constexpr int EPC = fmt_traits<FMT>::EPC;
+    extern __shared__ float4 xs4[]; /* [cols] floats */
+    float *xs = reinterpret_cast<float *>(xs4);
+    const mv_job &J = b.job[blockIdx.y];
+    const int64_t row0 = J.r0 + (int64_t)blockIdx.x * MV1_ROWS;
+    if (row0 >= J.r1 || J.n < 1) return; /* the whole block */
+    for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[i] = J.x[i];
+    __syncthreads();
+    mv_job L = J;
+    L.x = xs;
+    L.x_vec = J.cols % 4 == 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t nfull = J.cols / EPC, nch = (J.cols + EPC - 1) / EPC;
+    for (int64_t row = row0 + warp; row < J.r1 && row < row0 + MV1_ROWS; row += MV1_WARPS) {
+        const uint8_t *wrow = J.data + row * J.pitch;
+        float acc[1] = {0.0f};
+        for (int64_t base = lane; base < nch; base += 32 * MV1_UNROLL) {
+            uint4 v[MV1_UNROLL];
+#pragma unroll
+            for (int k = 0; k < MV1_UNROLL; k++) {
+                int64_t ch = base + 32 * k;
+                if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
+            }
+#pragma unroll
+            for (int k = 0; k < MV1_UNROLL; k++) {
+                int64_t ch = base + 32 * k;
+                if (ch < nfull)
+                    chunk_dot<FMT, 1, false, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+                else if (ch < nch && DEFECT != DR_CUDA_DEFECT_DROP_TAIL_CHUNK) /* planted: tail skipped */
+                    chunk_dot<FMT, 1, true, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > (DEFECT == DR_CUDA_DEFECT_SHUFFLE_LEVEL ? 1 : 0); off >>= 1) /* planted */
+            acc[0] = keep<DEFECT>(acc[0] + __shfl_xor_sync(0xFFFFFFFFu, acc[0], off));
+        if (lane == 0) {
+            float *yp = J.y + (row - J.r0);
+            *yp = J.add ? *yp + acc[0] : acc[0];
+        }
+    }
+}
+
 /* Launches matvec_kernel<FMT, NT, DEFECT> for all jobs of b; NT from the largest n. */
 template <int FMT, int DEFECT>
 static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
     dim3 block(WARPS_PER_BLOCK * 32);
     dim3 grid((unsigned)((b->max_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)b->count);
-    int64_t n = b->max_n;
+    int64_t n = b->max_n, max_cols = 0;
+    for (int i = 0; i < b->count; i++) max_cols = b->job[i].cols > max_cols ? b->job[i].cols : max_cols;
     /* three tile widths keep compile time modest; a wider tile than n only masks rows */
-    if (n <= 1)
+    if (n <= 1 && max_cols <= MV1_MAX_COLS) {
+        dim3 g1((unsigned)((b->max_rows + MV1_ROWS - 1) / MV1_ROWS), (unsigned)b->count);
+        matvec1_kernel<FMT, DEFECT><<<g1, MV1_WARPS * 32, (size_t)max_cols * sizeof(float), stream>>>(*b);
+    } else if (n <= 1)
         matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);
     else if (n <= 4)
         matvec_kernel<FMT, 4, DEFECT><<<grid, block, 0, stream>>>(*b);

@@ -31,10 +31,27 @@ __device__ __forceinline__ int key_index(unsigned long long k) { return (int)(0x
 struct sample_smem {
     unsigned long long *keys; /* [n2] */
     double *q;                /* [n] */
+    double *qz;               /* [n] */
+    double *zsum;
     int *bad;                 /* [2]: lowest NaN / +inf index, count of valid */
     unsigned long long *red;  /* [32] */
     int *result;
 };
+
+/* q[0] + q[1] + ... + q[n-1] left to right in double (the CPU's loops), loads run ahead of the adds */
+__device__ __forceinline__ double seq_sum(const double *q, int n) {
+    double z = 0;
+    int r = 0;
+    for (; r + 8 <= n; r += 8) {
+        double v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = q[r + e];
+#pragma unroll
+        for (int e = 0; e < 8; e++) z += v[e];
+    }
+    for (; r < n; r++) z += q[r];
+    return z;
+}
 
 /* One draw over logits[0..n) (dr_sample). Returns the candidate, or -1 with *err / *arg set
  * (DR_CUDA_ERR_*). Called by every thread of the block; the result is valid in every thread. */
@@ -111,19 +128,30 @@ __device__ int block_draw(const float *logits, int n, int n2, const draw_spec &s
     int kept = m;
     if (sp.top_k > 0 && sp.top_k < kept) kept = sp.top_k;
     if (sp.top_p < 1.0f) {
-        /* p over every candidate, untempered (dr_op_exp_weights with T = 1), then dr_op_top_p_count */
+        /* p over every candidate, untempered (dr_op_exp_weights with T = 1), then dr_op_top_p_count:
+         * z summed in rank order by one thread, the masses q_r / z by all (IEEE division: the same
+         * bits whoever computes them), their prefix sums again by one thread, in order */
         for (int r = tid; r < m; r += nt) S.q[r] = (double)dr_expf_det(fdiv(fsub(logits[key_index(S.keys[r])], x0), 1.0f));
         __syncthreads();
+        if (tid == 0) *S.zsum = seq_sum(S.q, m);
+        __syncthreads();
+        const double z = *S.zsum;
+        for (int r = tid; r < m; r += nt) S.qz[r] = S.q[r] / z;
+        __syncthreads();
         if (tid == 0) {
-            double z = 0, cum = 0, top_p = (double)sp.top_p;
-            for (int r = 0; r < m; r++) z += S.q[r];
+            double cum = 0, top_p = (double)sp.top_p;
             int by_p = m;
-            for (int r = 0; r < m; r++) {
-                double prev = cum;
-                cum += S.q[r] / z;
-                if (sp.keep_crossing ? (r > 0 && !(prev < top_p)) : (r > 0 && !(cum <= top_p))) {
-                    by_p = r;
-                    break;
+            for (int r0 = 0; r0 < m && by_p == m; r0 += 8) {
+                double v[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] = r0 + e < m ? S.qz[r0 + e] : 0.0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    int r = r0 + e;
+                    if (r >= m || by_p != m) break;
+                    double prev = cum;
+                    cum += v[e];
+                    if (sp.keep_crossing ? (r > 0 && !(prev < top_p)) : (r > 0 && !(cum <= top_p))) by_p = r;
                 }
             }
             *S.result = by_p;
@@ -136,15 +164,20 @@ __device__ int block_draw(const float *logits, int n, int n2, const draw_spec &s
         S.q[r] = (double)dr_expf_det(fdiv(fsub(logits[key_index(S.keys[r])], x0), sp.temperature));
     __syncthreads();
     if (tid == 0) {
-        double total = 0;
-        for (int r = 0; r < kept; r++) total += S.q[r];
-        double target = u * total, acc = 0;
+        double target = u * seq_sum(S.q, kept), acc = 0;
         int out = key_index(S.keys[kept - 1]); /* rounding left none: the last survivor */
-        for (int r = 0; r < kept; r++) {
-            acc += S.q[r];
-            if (target < acc) {
-                out = key_index(S.keys[r]);
-                break;
+        for (int r0 = 0, found = 0; r0 < kept && !found; r0 += 8) {
+            double v[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = r0 + e < kept ? S.q[r0 + e] : 0.0;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                if (r0 + e >= kept || found) break;
+                acc += v[e];
+                if (target < acc) {
+                    out = key_index(S.keys[r0 + e]);
+                    found = 1;
+                }
             }
         }
         *S.result = out;
@@ -158,13 +191,15 @@ __device__ sample_smem smem_layout(void *base, int n, int n2) {
     uint8_t *p = (uint8_t *)base;
     S.keys = (unsigned long long *)p;
     S.q = (double *)(p + (size_t)n2 * 8);
-    S.red = (unsigned long long *)(p + (size_t)n2 * 8 + (size_t)n * 8);
+    S.qz = S.q + n;
+    S.zsum = S.qz + n;
+    S.red = (unsigned long long *)(S.zsum + 1);
     S.bad = (int *)(S.red + 32);
     S.result = S.bad + 2;
     return S;
 }
 
-static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)n * 8 + 32 * 8 + 4 * sizeof(int); }
+static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 4 * sizeof(int); }
 static int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
