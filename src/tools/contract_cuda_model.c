@@ -25,6 +25,7 @@ int ct_cuda_model_controls(ct_kernel *out, int max) {
 
 #include "backend/cuda/cuda_ops.h"
 #include "base/philox.h"
+#include "backend/cpu/cpu_backend.h"
 #include "gen/sampler.h"
 #include "num/expf_det.h"
 #include "tools/contract_ev.h"
@@ -44,7 +45,7 @@ static const char *cm_precision(int v) {
                 "tol = 2x running bound");
     case CM_SWIGLU: return "silu(x Wg^T) * (x Wu^T), products as dr_cuda_matmul; tol = 2x running bound";
     case CM_SAMPLE: return "exact: the CPU's dr_sample draw for the same logits, spec and u (tol 0)";
-    case CM_FRAME: return "exact: semantic draws with the redraw window, acoustic draws, counters and flags as the CPU";
+    case CM_FRAME: return "exact: the lane ops (guidance, semantic draw + redraw window, acoustic draws, counters, statuses) as the CPU backend's";
     default:
         return ("router, softmax/top-k (exact ids), experts' SwiGLU, down, weights, gated shared expert, residual; "
                 "tol = 2x running bound over the stored weights");
@@ -471,110 +472,102 @@ static void check_sample(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
 }
 
 
-/* ---- frame sampling: lanes, the redraw window, counters and flags ---- */
+/* ---- the frame step's lane ops: guidance, semantic draws with the redraw window, acoustic draws,
+ * counters and flags, against the CPU backend's ops on the same lanes ---- */
 
 static void check_frame(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     cu_t t;
     if (cu_open(&t, res)) return;
-    enum { NL = 3, NCAND = 4097, HV = 1024, NC = 10, FRAMES = 40 };
+    enum { NL = 3, NCAND = 4097, HV = 1024, NC = 10, FRAMES = 40, NO = NL * (DR_MAX_CODEBOOKS + 8 + DR_RAS_MAX) };
     uint64_t s = ctx->seed ^ 0x4652414dull;
-    dr_sampler_params sp[NL];
-    for (int l = 0; l < NL; l++) dr_sampler_params_default(&sp[l]);
-    sp[0].seed = 12345;
-    sp[1].temperature = 0.7f, sp[1].top_p = 0.95f, sp[1].acoustic_top_k = 0; /* flat logits: thousands survive */
-    sp[1].ras_window = 3, sp[1].ras_temperature = 1.5f, sp[1].ras_top_p = 0.5f, sp[1].frame_cap = 25;
-    sp[1].seed = ~(uint64_t)0;
-    sp[2].temperature = 0.0f, sp[2].seed = 7;
-    const uint64_t base[NL] = {0, 100, 5};
-    dr_cuda_lane hl[NL];
-    memset(hl, 0, sizeof hl);
-    for (int l = 0; l < NL; l++) {
-        hl[l].temperature = sp[l].temperature, hl[l].top_p = sp[l].top_p;
-        hl[l].ras_temperature = sp[l].ras_temperature, hl[l].ras_top_p = sp[l].ras_top_p;
-        hl[l].semantic_top_k = sp[l].semantic_top_k, hl[l].acoustic_top_k = sp[l].acoustic_top_k;
-        hl[l].ras_window = k->control == KC_NO_RAS ? 0 : sp[l].ras_window, hl[l].frame_cap = sp[l].frame_cap;
-        hl[l].seed = sp[l].seed, hl[l].next_f = base[l];
+    dr_gen_lane hg[NL], dg_init[NL];
+    memset(hg, 0, sizeof hg);
+    for (int l = 0; l < NL; l++) dr_sampler_params_default(&hg[l].sp);
+    hg[0].sp.seed = 12345;
+    hg[1].sp.temperature = 0.7f, hg[1].sp.top_p = 0.95f, hg[1].sp.acoustic_top_k = 0, hg[1].sp.ras_window = 3;
+    hg[1].sp.ras_temperature = 1.5f, hg[1].sp.ras_top_p = 0.5f, hg[1].sp.cfg_gamma = 0.5f, hg[1].sp.seed = ~(uint64_t)0;
+    hg[2].sp.temperature = 0.0f, hg[2].sp.seed = 7;
+    hg[0].draw = 0, hg[1].draw = 100, hg[2].draw = 5;
+    memcpy(dg_init, hg, sizeof hg);
+    if (k->control == KC_NO_RAS)
+        for (int l = 0; l < NL; l++) dg_init[l].sp.ras_window = 0;
+    size_t lb = (size_t)NCAND * 4;
+    float *hl = xm(lb * 3 * NL), *hd = xm((size_t)(NC - 1) * NL * HV * 4);
+    dr_gen_lane *dg = cu_put(&t, dg_init, sizeof dg_init);
+    float *dl = cu_zero(&t, lb * 3 * NL), *dhd = cu_poison(&t, (size_t)(NC - 1) * NL * HV * 4);
+    int32_t *dcodes = cu_zero(&t, (size_t)NL * DR_MAX_CODEBOOKS * 4), *dended = cu_zero(&t, NL * 4);
+    dr_op_status *dst = cu_zero(&t, NL * sizeof(dr_op_status));
+    dr_step_lane hlanes[NL], dlanes_h[NL];
+    for (int l = 0; l < NL; l++) { /* per lane: cond | uncond | the drawn logits */
+        hlanes[l] = (dr_step_lane){&hg[l], hl + (3 * l) * NCAND, hl + (3 * l + 1) * NCAND, hl + (3 * l + 2) * NCAND,
+                                   NULL, NULL, l == 1, 0};
+        dlanes_h[l] = (dr_step_lane){dg ? dg + l : NULL, dl ? dl + (3 * l) * NCAND : NULL,
+                                     dl ? dl + (3 * l + 1) * NCAND : NULL, dl ? dl + (3 * l + 2) * NCAND : NULL,
+                                     NULL, NULL, l == 1, 0};
     }
-    dr_sample_ws ws;
-    drama_error e = {0};
-    float *lg = xm((size_t)NL * NCAND * 4), *hd = xm((size_t)NL * (NC - 1) * HV * 4);
-    if (dr_sample_ws_init(&ws, NCAND, &e)) {
-        ct_case_error(res, "workspace", e.message);
-        cu_close(&t);
-        free(lg), free(hd);
-        return;
-    }
-    dr_cuda_lane *dl = cu_put(&t, hl, sizeof hl);
-    float *dlg = cu_poison(&t, (size_t)NL * NCAND * 4), *dhd = cu_poison(&t, (size_t)NL * (NC - 1) * HV * 4);
-    int32_t *dcodes = cu_zero(&t, NL * NC * 4), *dskip = cu_zero(&t, NL * 4);
-    dr_cuda_status *dst = cu_zero(&t, sizeof(dr_cuda_status));
-    int win[NL][DR_CUDA_RAS_MAX], wlen[NL] = {0}, frames[NL] = {0}, done[NL] = {0};
-    uint64_t draws[NL] = {0};
+    dr_step_lane *dlanes = cu_put(&t, dlanes_h, sizeof dlanes_h);
+    int32_t hcodes[NL * DR_MAX_CODEBOOKS], hended[NL];
+    dr_op_status hst[NL];
+    dr_step_io hio = {hcodes, hended, hst}, dio = {dcodes, dended, dst};
+    dr_backend *cpu = dr_backend_cpu_memory();
     for (int f = 0; f < FRAMES && !t.failed; f++) {
         for (int l = 0; l < NL; l++) {
-            float *x = lg + (int64_t)l * NCAND;
-            for (int i = 0; i < NCAND; i++) x[i] = (float)(l == 1 ? 0.05 * ct_rand_normal(&s) : ct_rand_normal(&s));
+            float *x = hlanes[l].logits_c, *xu = hlanes[l].logits_u;
+            for (int i = 0; i < NCAND; i++) {
+                x[i] = (float)(l == 1 ? 0.05 * ct_rand_normal(&s) : ct_rand_normal(&s));
+                xu[i] = (float)(l == 1 ? 0.05 * ct_rand_normal(&s) : 0.0);
+            }
             if (l != 1) /* a few tokens win often: repeats, hence redraws */
                 for (int j = 0; j < 3; j++) x[10 + (int)(ct_rand_u64(&s) % 4)] += 6.0f;
-            x[NCAND - 1] = (l == 0 && f == 30) ? 30.0f : -2.0f;                   /* lane 0 ends at frame 30 */
+            x[NCAND - 1] = (l == 0 && f % 13 == 12) ? 30.0f : -2.0f; /* lane 0 ends now and then */
+            if (f == 21 && l == 2) x[7] = NAN;                     /* a failed draw */
         }
-        for (int64_t i = 0; i < (int64_t)NL * (NC - 1) * HV; i++) hd[i] = (float)(2 * ct_rand_normal(&s));
-        int32_t skip[NL];
-        for (int l = 0; l < NL; l++) skip[l] = done[l];
-        cu_call(&t, dr_cuda_to_device(t.c, dlg, lg, (size_t)NL * NCAND * 4, &t.err));
-        cu_call(&t, dr_cuda_to_device(t.c, dhd, hd, (size_t)NL * (NC - 1) * HV * 4, &t.err));
-        cu_call(&t, dr_cuda_to_device(t.c, dskip, skip, sizeof skip, &t.err));
-        if (!t.failed) cu_call(&t, dr_cuda_sample_semantic(t.c, dlg, NCAND, NCAND, NL, dl, dskip, dcodes, NC, dst, &t.err));
+        for (int64_t i = 0; i < (int64_t)(NC - 1) * NL * HV; i++) hd[i] = (float)(2 * ct_rand_normal(&s));
+        cu_call(&t, dr_cuda_to_device(t.c, dl, hl, lb * 3 * NL, &t.err));
+        cu_call(&t, dr_cuda_to_device(t.c, dhd, hd, (size_t)(NC - 1) * NL * HV * 4, &t.err));
+        cu_call(&t, dr_cuda_memset(t.c, dst, 0, NL * sizeof(dr_op_status), &t.err));
+        if (!t.failed) cu_call(&t, dr_cuda_lanes_guidance(t.c, dlanes, NL, NCAND, &t.err));
+        if (!t.failed) cu_call(&t, dr_cuda_sample_semantic(t.c, dlanes, NL, NCAND, dio, &t.err));
         for (int j = 1; j < NC && !t.failed; j++)
-            cu_call(&t, dr_cuda_sample_acoustic(t.c, dhd + (int64_t)(j - 1) * HV, (int64_t)(NC - 1) * HV, HV, NL, j, dl,
-                                                dskip, dcodes, NC, dst, &t.err));
-        int32_t codes[NL * NC];
-        dr_cuda_lane got[NL];
-        if (cu_get(&t, codes, dcodes, sizeof codes) || cu_get(&t, got, dl, sizeof got)) break;
-        /* per active lane: c0..c9, finish, next draw index, window length, batch frames */
-        float out[NL * (NC + 4)], alt[NL * (NC + 4)];
-        double ref[NL * (NC + 4)], tol[NL * (NC + 4)] = {0};
+            cu_call(&t, dr_cuda_sample_acoustic(t.c, dlanes, NL, j, dhd + (int64_t)(j - 1) * NL * HV, HV, dio, &t.err));
+        int32_t codes[NL * DR_MAX_CODEBOOKS], ended[NL];
+        dr_op_status dstat[NL];
+        dr_gen_lane got[NL];
+        if (cu_get(&t, codes, dcodes, sizeof codes) || cu_get(&t, ended, dended, sizeof ended) ||
+            cu_get(&t, dstat, dst, sizeof dstat) || cu_get(&t, got, dg, sizeof got))
+            break;
+        /* the CPU backend's ops on the host lanes */
+        memset(hst, 0, sizeof hst);
+        dr_cpu_op_guidance(cpu, hlanes, NL, NCAND);
+        dr_cpu_op_sample_semantic(cpu, hlanes, NL, NCAND, hio);
+        for (int j = 1; j < NC; j++) dr_cpu_op_sample_acoustic(cpu, hlanes, NL, j, hd + (int64_t)(j - 1) * NL * HV, HV, hio);
+        float out[NO], alt[NO];
+        double ref[NO], tol[NO] = {0};
         int m = 0;
         for (int l = 0; l < NL; l++) {
-            if (done[l]) continue;
-            const float *x = lg + (int64_t)l * NCAND;
-            uint64_t fi = base[l] + draws[l];
-            dr_sampler_params p = sp[l];
-            int c0 = -1, fin;
-            if (dr_sample_semantic(x, NCAND, &p, fi, win[l], wlen[l], &ws, &c0, &e)) c0 = -2;
-            draws[l]++;
-            fin = c0 == NCAND - 1 ? 1 : frames[l] >= p.frame_cap ? 2 : 0;
-            int hc[NC] = {0};
-            hc[0] = c0;
-            if (fin == 0) {
-                if (wlen[l] == DR_CUDA_RAS_MAX) memmove(win[l], win[l] + 1, (DR_CUDA_RAS_MAX - 1) * sizeof(int)), wlen[l]--;
-                win[l][wlen[l]++] = c0;
-                frames[l]++;
-                for (int j = 1; j < NC; j++)
-                    if (dr_sample_acoustic(hd + ((int64_t)l * (NC - 1) + j - 1) * HV, HV, &p, fi, j, &ws, &hc[j], &e)) hc[j] = -2;
+            const dr_sampler_params *p = &hg[l].sp;
+            int a0 = alt_draw(hlanes[l].logits, NCAND, p->temperature, p->top_p, p->semantic_top_k, 1,
+                              dr_philox_uniform(p->seed, (hg[l].draw - 1) * 16));
+            for (int j = 0; j < NC; j++, m++) {
+                ref[m] = hcodes[l * DR_MAX_CODEBOOKS + j], out[m] = (float)codes[l * DR_MAX_CODEBOOKS + j];
+                alt[m] = j == 0 && !hended[l] && !hst[l].code ? (float)a0 : (float)ref[m];
             }
-            int a0 = alt_draw(x, NCAND, p.temperature, p.top_p, p.semantic_top_k, 1,
-                              dr_philox_uniform(p.seed, fi * 16));
-            for (int j = 0; j < NC; j++) {
-                ref[m] = fin == 0 || j == 0 ? hc[j] : 0;
-                out[m] = (float)(fin == 0 || j == 0 ? (j == 0 ? got[l].code : codes[l * NC + j]) : 0);
-                alt[m] = (float)(j == 0 ? a0 : ref[m]);
-                m++;
-            }
-            ref[m] = fin, out[m] = (float)got[l].finish, alt[m] = (float)fin, m++;
-            ref[m] = (double)(base[l] + draws[l]), out[m] = (float)got[l].next_f, alt[m] = (float)ref[m], m++;
-            ref[m] = wlen[l], out[m] = (float)got[l].window_len, alt[m] = (float)ref[m], m++;
-            ref[m] = frames[l], out[m] = (float)got[l].batch_frames, alt[m] = (float)ref[m], m++;
-            if (fin) done[l] = 1;
+            const double hv[8] = {hended[l], hst[l].code, hst[l].fault, hst[l].a, hst[l].b, (double)hst[l].c,
+                                  (double)hst[l].d, (double)hg[l].draw};
+            const double dv[8] = {ended[l], dstat[l].code, dstat[l].fault, dstat[l].a, dstat[l].b, (double)dstat[l].c,
+                                  (double)dstat[l].d, (double)got[l].draw};
+            for (int e = 0; e < 8; e++, m++) ref[m] = hv[e], out[m] = (float)dv[e], alt[m] = (float)hv[e];
+            ref[m] = hg[l].window_len, out[m] = (float)got[l].window_len, alt[m] = (float)ref[m], m++;
+            for (int e = 0; e < hg[l].window_len; e++, m++)
+                ref[m] = hg[l].window[e], out[m] = (float)got[l].window[e], alt[m] = (float)ref[m];
         }
         char name[96];
-        snprintf(name, sizeof name, "frame %d: codes, finish, draw index, window, frame count of 3 lanes", f);
+        snprintf(name, sizeof name, "frame %d: codes, end, status, draw index, window of 3 lanes (one guided)", f);
         ct_compare(res, name, out, ref, tol, m);
         ct_discriminate(res, name, alt, ref, tol, m);
     }
     cu_case_end(&t, res, "sample_frame");
-    dr_sample_ws_free(&ws);
-    free(lg), free(hd);
+    free(hl), free(hd);
     cu_close(&t);
 }
 

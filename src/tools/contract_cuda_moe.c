@@ -41,22 +41,27 @@ typedef struct moe_w {
     int n_kept, kept[E], slot[E], ok;
 } moe_w;
 
+/* scale > 0: normal weights times scale; scale < 0: positive weights in [0.5, 1] * 2 / cols (the
+ * fp16-discriminating fixture: long positive sums, no cancellation) */
 static int make_w(ct_w *t, int f, uint64_t *s, int64_t rows, int64_t cols, double scale) {
     float *src = xm((size_t)(rows * cols) * 4);
-    fillr(s, src, rows * cols, scale);
+    if (scale > 0) fillr(s, src, rows * cols, scale);
+    else
+        for (int64_t i = 0; i < rows * cols; i++) src[i] = (float)((0.5 + 0.5 * ct_rand_uniform(s)) * 2.0 / (double)cols);
     int r = ct_w_make(t, f, src, rows, cols);
     free(src);
     return r;
 }
 
-static void moe_w_make(moe_w *m, int f, int fused, int pruned, uint64_t *s) {
+static void moe_w_make(moe_w *m, int f, int fused, int pruned, int positive, uint64_t *s) {
+    const double ws = positive ? -1.0 : 0.15;
     memset(m, 0, sizeof *m);
     /* small router weights: scores of order 0.1, so their bounds (K + 8) u sum|x w| stay below the
      * fp16 rounding of the routing weights that the discriminating variant makes */
     int ok = make_w(&m->router, CT_F_BF16, s, E, H, 0.01) == 0;
-    ok = make_w(&m->sg, CT_F_BF16, s, IS, H, 0.15) == 0 && ok;
-    ok = make_w(&m->su, CT_F_BF16, s, IS, H, 0.15) == 0 && ok;
-    ok = make_w(&m->sd, CT_F_BF16, s, H, IS, 0.15) == 0 && ok;
+    ok = make_w(&m->sg, CT_F_BF16, s, IS, H, ws) == 0 && ok;
+    ok = make_w(&m->su, CT_F_BF16, s, IS, H, ws) == 0 && ok;
+    ok = make_w(&m->sd, CT_F_BF16, s, H, IS, ws) == 0 && ok;
     ok = make_w(&m->sgp, CT_F_BF16, s, 1, H, 0.1) == 0 && ok;
     for (int e = 0; e < E; e++) {
         int keep = !pruned || (e % 3 != 2);
@@ -64,9 +69,9 @@ static void moe_w_make(moe_w *m, int f, int fused, int pruned, uint64_t *s) {
         if (keep) m->kept[m->n_kept++] = e;
     }
     for (int k = 0; k < m->n_kept && ok; k++) {
-        if (fused) ok = make_w(&m->gu[k], f, s, 2 * I, H, 0.15) == 0;
-        else ok = make_w(&m->gate[k], f, s, I, H, 0.15) == 0 && make_w(&m->up[k], f, s, I, H, 0.15) == 0;
-        ok = ok && make_w(&m->down[k], f, s, H, I, 0.15) == 0;
+        if (fused) ok = make_w(&m->gu[k], f, s, 2 * I, H, ws) == 0;
+        else ok = make_w(&m->gate[k], f, s, I, H, ws) == 0 && make_w(&m->up[k], f, s, I, H, ws) == 0;
+        ok = ok && make_w(&m->down[k], f, s, H, I, ws) == 0;
     }
     m->ok = ok;
 }
@@ -80,14 +85,19 @@ static void moe_w_free(moe_w *m, int fused) {
     }
 }
 
-/* rows [r0, r1) of a product in float64 with its bound: x [K] floats, exact input errors ex (NULL: 0) */
-static void prod(const dr_weight *w, const float *x, const double *ex, int64_t r0, int64_t r1, ev *out) {
+/* rows [r0, r1) of a product in float64 with its bound: x [K] floats, exact input errors ex (NULL: 0);
+ * alt (may be NULL): the fp16-accumulated product of the same x */
+static void prod(const dr_weight *w, const float *x, const double *ex, int64_t r0, int64_t r1, ev *out, float *alt) {
     int64_t R = w->rows;
     double *ref = xm((size_t)R * 8), *tol = xm((size_t)R * 8), *pe = xm((size_t)R * 8);
-    ct_matmul_reference(w, x, 1, 8, ref, tol, NULL);
+    float *al = xm((size_t)R * 4);
+    ct_matmul_reference(w, x, 1, 8, ref, tol, al);
     if (ex) ct_matmul_abs(w, ex, 1, pe);
-    for (int64_t r = r0; r < r1; r++) out[r - r0] = (ev){ref[r], tol[r] + pe[r]};
-    free(ref), free(tol), free(pe);
+    for (int64_t r = r0; r < r1; r++) {
+        out[r - r0] = (ev){ref[r], tol[r] + pe[r]};
+        if (alt) alt[r - r0] = al[r];
+    }
+    free(ref), free(tol), free(pe), free(al);
 }
 
 /* The selection of one row: ids by score (softmax is monotonic), ties to the lower id. Returns the
@@ -108,10 +118,12 @@ static double choose(const ev *sc, const int *slot, int *ids) {
     return sc[ids[TOPK - 1]].v - sc[nx].v - 4 * (sc[ids[TOPK - 1]].e + sc[nx].e);
 }
 
-static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm) {
+/* positive: the fp16-discriminating fixture (positive x and expert weights); its variant accumulates
+ * every expert product in fp16 (the reference's alt sums) */
+static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive) {
     const int f = moe_v[vi].f, fused = moe_v[vi].fused;
     moe_w m;
-    moe_w_make(&m, f, fused, moe_v[vi].pruned, s);
+    moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s);
     float *x = xm((size_t)(n * H) * 4), *res0 = xm((size_t)(n * H) * 4), *y = xm((size_t)(n * H) * 4);
     float *alt = xm((size_t)(n * H) * 4);
     double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
@@ -122,7 +134,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         float *xi = x + (int64_t)i * H;
         for (int tries = 0; tries < 200; tries++) { /* a well-defined top-k */
             fillr(s, xi, H, 1);
-            prod(&m.router.w, xi, NULL, 0, E, sc);
+            if (positive)
+                for (int j = 0; j < H; j++) xi[j] = (float)(0.5 + 0.5 * ct_rand_uniform(s));
+            prod(&m.router.w, xi, NULL, 0, E, sc, NULL);
             if (choose(sc, m.slot, ids + i * TOPK) > 0) break;
         }
         double M = -INFINITY, z = 0, zc = 0, emax = 0;
@@ -131,34 +145,40 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         for (int e = 0; e < E; e++)
             if (m.slot[e] >= 0) z += exp(sc[e].v - M);
         for (int q = 0; q < TOPK; q++) zc += exp(sc[ids[i * TOPK + q]].v - M);
-        prod(&m.sgp.w, xi, NULL, 0, 1, &sgv);
+        prod(&m.sgp.w, xi, NULL, 0, 1, &sgv, NULL);
         ev gate = ev_sigmoid(sgv);
         /* routed experts (rank order), then the shared expert */
         double wr[TOPK];
+        float ya[TOPK + 1][H]; /* the fp16-accumulating variant's expert outputs */
         for (int q = 0; q <= TOPK; q++) {
+            float ga[2 * I], ua[I];
             int sl = q < TOPK ? m.slot[ids[i * TOPK + q]] : -1;
             int width = q < TOPK ? I : IS;
             if (q < TOPK) {
                 if (fused) {
-                    prod(&m.gu[sl].w, xi, NULL, 0, 2 * I, g);
+                    prod(&m.gu[sl].w, xi, NULL, 0, 2 * I, g, ga);
                     memcpy(uu, g + I, sizeof(ev) * I);
+                    memcpy(ua, ga + I, sizeof(float) * I);
                 } else {
-                    prod(&m.gate[sl].w, xi, NULL, 0, I, g);
-                    prod(&m.up[sl].w, xi, NULL, 0, I, uu);
+                    prod(&m.gate[sl].w, xi, NULL, 0, I, g, ga);
+                    prod(&m.up[sl].w, xi, NULL, 0, I, uu, ua);
                 }
                 wr[q] = exp(sc[ids[i * TOPK + q]].v - M) / (norm ? zc : z);
             } else {
-                prod(&m.sg.w, xi, NULL, 0, IS, g);
-                prod(&m.su.w, xi, NULL, 0, IS, uu);
+                prod(&m.sg.w, xi, NULL, 0, IS, g, ga);
+                prod(&m.su.w, xi, NULL, 0, IS, uu, ua);
             }
-            float fa[I];
+            float fa[I], faa[I];
             double ea[I];
             for (int j = 0; j < width; j++) {
                 ev a = ev_mul(ev_silu(g[j]), uu[j]);
                 fa[j] = (float)a.v;
                 ea[j] = a.e + fabs(a.v - (double)fa[j]);
+                faa[j] = ga[j] / (1.0f + expf(-ga[j])) * ua[j];
             }
-            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q]);
+            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q], NULL);
+            ev dummy[H];
+            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, faa, NULL, 0, H, dummy, ya[q]);
         }
         for (int h = 0; h < H; h++) {
             ev o = ev_in(0.0);
@@ -166,13 +186,13 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
             for (int q = 0; q < TOPK; q++) {
                 ev w = {wr[q], wr[q] * (2 * emax + 12 * U)};
                 o = ev_add(o, ev_mul(w, yr[q][h]));
-                ha += ct_h((float)wr[q]) * (float)yr[q][h].v;
+                ha += (float)wr[q] * ya[q][h];
             }
             o = ev_add(o, ev_mul(gate, yr[TOPK][h]));
             ev out = ev_add(ev_in(res0[(int64_t)i * H + h]), o);
             ref[(int64_t)i * H + h] = out.v;
             tol[(int64_t)i * H + h] = ev_tol(out);
-            alt[(int64_t)i * H + h] = res0[(int64_t)i * H + h] + ha + (float)(gate.v * yr[TOPK][h].v);
+            alt[(int64_t)i * H + h] = res0[(int64_t)i * H + h] + ha + (float)gate.v * ya[TOPK][h];
         }
     }
     /* the device layer */
@@ -216,11 +236,12 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     }
     dr_cuda_moe_free(dm);
     char name[128];
-    snprintf(name, sizeof name, "%s n=%d experts %d/%d top-%d norm_topk=%d", moe_v[vi].name, n, m.n_kept, E, TOPK, norm);
+    snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d", positive ? "fp16-discriminating " : "",
+             moe_v[vi].name, n, m.n_kept, E, TOPK, norm);
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, (int64_t)n * H);
-        ct_discriminate(res, name, alt, ref, tol, (int64_t)n * H);
+        if (positive) ct_discriminate(res, name, alt, ref, tol, (int64_t)n * H);
         float gi[64 * TOPK];
         double ri[64 * TOPK], zt[64 * TOPK] = {0};
         for (int i = 0; i < n * TOPK; i++) gi[i] = (float)got[i], ri[i] = ids[i];
@@ -239,9 +260,10 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant - CT_CUDA_MOE_FIRST;
     uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1);
-    moe_case(k, &t, res, &s, vi, 3, 1);
-    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1);
     cu_close(&t);
 }
 

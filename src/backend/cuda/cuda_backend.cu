@@ -19,6 +19,17 @@ drama_status dr_cuda_check(cudaError_t e, const char *what, drama_error *err) {
     return e == cudaSuccess ? DRAMA_OK : cuda_fail(err, e, what);
 }
 
+drama_status dr_cuda_smem_optin(const void *fn, const char *what, drama_error *err) {
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, fn);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes);
+    return e == cudaSuccess ? DRAMA_OK : cuda_fail(err, e, what);
+}
+
 extern "C" int dr_cuda_device_count(char *why, size_t why_size) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -207,6 +218,14 @@ static drama_status plan(const dr_weight *w, dr_cuda_weight *d, size_t *need, si
     return DRAMA_OK;
 }
 
+extern "C" size_t dr_cuda_weight_bytes_for(const dr_weight *w, drama_error *err) {
+    dr_cuda_weight d;
+    memset(&d, 0, sizeof d);
+    size_t need = 0, sb = 0;
+    if (!w || plan(w, &d, &need, &sb, err)) return 0;
+    return (need + 15) / 16 * 16 * (size_t)d.rows + sb * (w->fmt == DR_WF_AFFINE ? 2 : 1);
+}
+
 extern "C" drama_status dr_cuda_weight_upload(dr_cuda *c, const dr_weight *w, dr_cuda_weight **out,
                                               drama_error *err) {
     if (!c || !w || !out) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_weight_upload: NULL argument");
@@ -299,6 +318,7 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     j->fmt = w->fmt;
     j->y_ld = in->y_ld;
     j->add = in->add;
+    j->y2 = in->y2;
     return DRAMA_OK;
 }
 
@@ -341,7 +361,9 @@ static drama_status batch(dr_cuda *c, const dr_cuda_job *jobs, int count, int de
         if (st) return st;
         if (jobs[i].w->ctx != c) return dr_fail(err, DRAMA_EINVAL, "%s: uploaded to another CUDA context", jobs[i].w->name);
     }
-    if (cudaSetDevice(c->info.device) != cudaSuccess) return dr_fail(err, DRAMA_EINTERNAL, "cudaSetDevice failed");
+    int cur = -1; /* the context's device (checked, set only when another is current: never inside a capture) */
+    if ((cudaGetDevice(&cur) != cudaSuccess || cur != c->info.device) && cudaSetDevice(c->info.device) != cudaSuccess)
+        return dr_fail(err, DRAMA_EINTERNAL, "cudaSetDevice failed");
     /* one launch per format, in job order; the grouping cannot change any result */
     mv_batch *bp = (mv_batch *)malloc(sizeof *bp); /* ~2 KB: the kernel parameter block */
     if (!bp) return dr_fail(err, DRAMA_ENOMEM, "dr_cuda_matmul_batch: out of host memory");
@@ -380,7 +402,7 @@ extern "C" drama_status dr_cuda_matmul_rows(dr_cuda *c, const dr_cuda_weight *w,
         return dr_fail(err, DRAMA_EINVAL, "%s: row range [%lld, %lld) outside [0, %lld)", w->name, (long long)r0,
                        (long long)r1, (long long)w->rows);
     if (r0 == r1) return DRAMA_OK; /* nothing asked (and not the "all rows" job marker) */
-    dr_cuda_job j = {w, x, n, y, r0, r1, 0, 0};
+    dr_cuda_job j = {w, x, n, y, r0, r1, 0, 0, NULL};
     return dr_cuda_matmul_batch(c, &j, 1, err);
 }
 

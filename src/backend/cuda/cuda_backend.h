@@ -63,6 +63,8 @@ drama_status dr_cuda_sync(dr_cuda *c, drama_error *err);
  * Checks the descriptor and names w->name on failure. The dr_weight's memory is not kept. */
 drama_status dr_cuda_weight_upload(dr_cuda *c, const dr_weight *w, dr_cuda_weight **out, drama_error *err);
 void dr_cuda_weight_free(dr_cuda_weight *w);
+/* Device bytes dr_cuda_weight_upload would hold for w (0 with err set when w cannot be uploaded). */
+size_t dr_cuda_weight_bytes_for(const dr_weight *w, drama_error *err);
 int64_t dr_cuda_weight_rows(const dr_cuda_weight *w);
 int64_t dr_cuda_weight_cols(const dr_cuda_weight *w);
 size_t dr_cuda_weight_device_bytes(const dr_cuda_weight *w); /* device memory held */
@@ -84,6 +86,8 @@ typedef struct dr_cuda_job {
     int64_t r0, r1;
     int64_t y_ld;   /* 0: r1 - r0; else >= r1 - r0 (e.g. the end-token row beside the semantic rows) */
     int add;        /* 1: y += x W^T (residual add fused into the store) */
+    float *y2;      /* NULL, or a second destination laid out as y that gets y2 += x W^T (y is written
+                       too: a product followed by the residual add of its output, in one launch) */
 } dr_cuda_job;
 drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err);
 

@@ -50,6 +50,7 @@ struct mv_job {
     int fmt;   /* mv_fmt (kernels that take several formats dispatch on it) */
     int64_t y_ld;  /* y row stride in floats (0: r1 - r0) */
     int add;   /* 1: y += x W^T (the residual add of the CPU's x[j] += mix[j]) */
+    float *y2; /* NULL, or also y2 += x W^T at y's offsets */
 };
 
 struct mv_batch {
@@ -62,6 +63,10 @@ struct mv_batch {
 /* The geometry of an uploaded weight as a job with no x, y or rows (device kernels that read
  * weights other than through dr_cuda_matmul take it; cuda_backend.cu). */
 mv_job dr_cuda_weight_view(const dr_cuda_weight *w);
+
+/* Lets kernel fn use as much dynamic shared memory as the device allows next to its static
+ * shared memory (the opt-in above 48 KiB). */
+drama_status dr_cuda_smem_optin(const void *fn, const char *what, drama_error *err);
 
 /* DRAMA_OK, or the runtime's error for `what` (cudaGetLastError after a launch). */
 drama_status dr_cuda_check(cudaError_t e, const char *what, drama_error *err);

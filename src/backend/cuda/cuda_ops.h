@@ -24,6 +24,8 @@
 extern "C" {
 #endif
 
+#include "backend/backend.h"
+
 /* ---- device status ---- */
 enum {
     DR_CUDA_ERR_NONE = 0,
@@ -80,6 +82,11 @@ typedef struct dr_cuda_tower_in {
 drama_status dr_cuda_tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n, const int32_t *codes,
                                  int64_t codes_ld, const uint8_t *mask, const float *h, float *x,
                                  dr_cuda_status *st, drama_error *err);
+/* The same reporting a bad code per row as the seam does: rstatus[r] = {EINVAL, DR_FAULT_CODE, code,
+ * slot, layer} (the first failure of the row kept). */
+drama_status dr_cuda_tower_input_rows(dr_cuda *c, const dr_cuda_tower_in *p, int layer, int64_t n, const int32_t *codes,
+                                      int64_t codes_ld, const uint8_t *mask, const float *h, float *x,
+                                      dr_op_status *rstatus, drama_error *err);
 
 /* out = cond + gamma (cond - uncond) over n rows of m logits (rows ld apart); a -inf cond stays
  * -inf (dr_op_guidance). out may alias cond. */
@@ -181,37 +188,18 @@ drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const
 
 /* ---- sampling (sample.cu) ---- */
 
-/* One lane's sampler settings and counters, in device memory (TEXT.md 5). The host writes the
- * settings (dr_cuda_lane_init); the kernels advance the counters. */
-#define DR_CUDA_RAS_MAX 64
-typedef struct dr_cuda_lane {
-    float temperature, top_p, ras_temperature, ras_top_p;
-    int semantic_top_k, acoustic_top_k, ras_window, frame_cap;
-    uint64_t seed;
-    uint64_t next_f;      /* draw index of the next semantic draw (draw_base + draws) */
-    uint64_t f;           /* draw index of the current frame (its acoustic draws use it) */
-    int batch_frames;     /* frames of this batch */
-    int window_len;       /* redraw window: semantic codes of this batch's last frames, oldest first */
-    int window[DR_CUDA_RAS_MAX];
-    int finish;           /* after a semantic draw: 0 frame, 1 end token, 2 frame cap reached */
-    int code;             /* the candidate drawn */
-} dr_cuda_lane;
-
-/* Semantic draw of n lanes (TEXT.md 5.2, 5.4): logits [n][ld] (n_cand candidates, the end token
- * last), lane i's settings in lanes[i]. Writes lanes[i].code and .finish, sets .f = .next_f and
- * advances .next_f; a frame (finish 0) appends its code to the window and, when codes is not
- * NULL, writes codes[i codes_ld] = code (the frame's c0) and row[i] = [sem_start + code, code, ...]
- * is left to the caller. Lanes whose skip flag is set are left alone. The draw is the CPU's
- * (gen/sampler.c) bit for bit given the same logits. */
-drama_status dr_cuda_sample_semantic(dr_cuda *c, const float *logits, int64_t ld, int n_cand, int64_t n,
-                                     dr_cuda_lane *lanes, const int32_t *skip, int32_t *codes, int64_t codes_ld,
-                                     dr_cuda_status *st, drama_error *err);
-/* Acoustic draw of codebook j (1..9) for n lanes over the first hv head logits [n][ld] (TEXT.md
- * 5.3): codes[i codes_ld + j] = the draw (slot 1 + j of lanes[i].f). Lanes whose skip flag is set,
- * or whose .finish is not 0, are left alone. */
-drama_status dr_cuda_sample_acoustic(dr_cuda *c, const float *logits, int64_t ld, int hv, int64_t n, int codebook,
-                                     const dr_cuda_lane *lanes, const int32_t *skip, int32_t *codes,
-                                     int64_t codes_ld, dr_cuda_status *st, drama_error *err);
+/* The seam's lane ops (backend.h), device memory throughout. Semantic draw of n lanes from
+ * lanes[i].logits at f = g->draw (then g->draw + 1), with the repetition-aware redraw; the end token
+ * sets io.ended[i]; a frame's code goes to io.codes[i][0] and joins the window; a failed draw fills
+ * io.status[i] as dr_sample_semantic_st does. The CPU's draw bit for bit given the same logits. */
+drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand, dr_step_io io,
+                                     drama_error *err);
+/* Acoustic draw of codebook j (1..14) of every lane that has not ended or failed, from logits
+ * [n][hv], at f = g->draw - 1, into io.codes[i][j] (0 for the others). */
+drama_status dr_cuda_sample_acoustic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int codebook,
+                                     const float *logits, int hv, dr_step_io io, drama_error *err);
+/* lanes[i].logits = guided ? cond + gamma (cond - uncond) : cond (dr_cpu_op_guidance). */
+drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand, drama_error *err);
 
 /* One draw of the general sampler (dr_sample) for n logit vectors [n][ld] of n_cand candidates with
  * uniforms u [n] (host-visible through the contract): out [n]. Exposed for the contract, which

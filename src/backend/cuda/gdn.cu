@@ -9,30 +9,33 @@
  * fp32 step is the CPU's (backend/cpu/ops.c) spelled without contraction; the remaining
  * differences are the device expf/log1pf (within 2 ulp) and the order of double sums. */
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_common.cuh"
+#include "backend/cuda/dev_rows.cuh"
 
 #define CONV_THREADS 256
 #define REC_THREADS (2 * DR_CUDA_GDN_MAX_DV) /* two threads per state column */
 #define GDN_ROWS (DR_CUDA_GDN_MAX_DK / 2)
 
+/* held rows: the window is left alone and y is 0 (the seam's contract: outputs unspecified) */
+template <class R>
 __global__ void __launch_bounds__(CONV_THREADS)
-gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64_t u_ld, float *const *win,
-                const int32_t *skip, float *y) {
+gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64_t u_ld, R rows, float *y) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int K = s.K;
     const float *wc = s.conv_w + c * K;
     for (int64_t i = 0; i < n; i++) {
-        float *w = win[i];
+        float *w = rows.conv(i);
         float uc = u[i * u_ld + c];
         float acc = s.conv_b ? s.conv_b[c] : 0.0f;
         for (int j = 0; j < K - 1; j++) acc = fadd(acc, fmul(wc[j], w[(int64_t)j * C + c]));
         acc = fadd(acc, fmul(wc[K - 1], uc));
-        if (!(skip && skip[i])) {
+        if (!rows.held(i)) {
             for (int j = 0; j + 1 < K - 1; j++) w[(int64_t)j * C + c] = w[(int64_t)(j + 1) * C + c];
             if (K > 1) w[(int64_t)(K - 2) * C + c] = uc;
         }
-        y[i * C + c] = dsilu(acc);
+        y[i * C + c] = R::zero_held && rows.held(i) ? 0.0f : dsilu(acc);
     }
 }
 
@@ -44,8 +47,9 @@ extern "C" drama_status dr_cuda_gdn_conv(dr_cuda *c, const dr_cuda_gdn_shape *s,
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_conv: bad shape or pointers");
     int64_t C = 2 * (int64_t)s->nk * s->dk + (int64_t)s->nv * s->dv;
     if (u_ld < C) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_conv: u rows of %lld < %lld channels", (long long)u_ld, (long long)C);
+    rows_arr r = {NULL, win, NULL, skip};
     gdn_conv_kernel<<<(unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, c->stream>>>(*s, n, C, u, u_ld,
-                                                                                                     win, skip, y);
+                                                                                                     r, y);
     return dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
 }
 
@@ -63,17 +67,24 @@ __device__ __forceinline__ void block_l2norm(float *x, int d, float scale, doubl
 /* Block = value head h (and row i0 when rows are distinct sessions). Thread t owns column
  * j = t / 2 of the state, rows e = 2 ee + (t & 1): two threads per column keep 64 state values each
  * in registers; their partial sums meet by one shuffle (commutative: both get the same bits). */
+template <class R>
 __global__ void __launch_bounds__(REC_THREADS)
 gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y, const float *z, int64_t z_ld,
-                 const float *a, const float *b, int64_t ab_ld, float *const *state, const int32_t *skip, float *o) {
+                 float *a, float *b, int64_t ab_ld, R rows, float *o) {
     __shared__ float qv[DR_CUDA_GDN_MAX_DK], kv[DR_CUDA_GDN_MAX_DK];
     __shared__ double sh[32];
     const int h = blockIdx.x, j = threadIdx.x >> 1, half = threadIdx.x & 1, dk = s.dk, dv = s.dv;
-    const int64_t i0 = one_session ? 0 : blockIdx.y, i1 = one_session ? n : i0 + 1;
+    /* one_session 1: every row, 0: row blockIdx.y alone; 2: the run of consecutive rows of one
+     * sequence that starts at row blockIdx.y (blocks inside a run leave: its first block owns it) */
+    int64_t i0 = one_session == 1 ? 0 : blockIdx.y, i1 = one_session == 1 ? n : i0 + 1;
+    if (one_session == 2) {
+        if (i0 > 0 && rows.same(i0, i0 - 1)) return;
+        while (i1 < n && rows.same(i1, i1 - 1)) i1++;
+    }
     const int kh = h / (s.nv / s.nk);
     const int64_t qk = (int64_t)s.nk * dk, C = 2 * qk + (int64_t)s.nv * dv, vd = (int64_t)s.nv * dv;
     const float qscale = fdiv(1.0f, __fsqrt_rn((float)dk));
-    float *S = state[i0] + (int64_t)h * dk * dv;
+    float *S = rows.rec(i0) + (int64_t)h * dk * dv;
     const bool col = j < dv;
     float st[GDN_ROWS];
 #pragma unroll
@@ -83,6 +94,10 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
     }
     for (int64_t i = i0; i < i1; i++) {
         const float *yi = y + i * C;
+        if (R::zero_held && rows.held(i)) { /* a held row of the seam: state untouched, output 0 */
+            if (col && !half) o[i * vd + (int64_t)h * dv + j] = 0.0f;
+            continue;
+        }
         for (int e = threadIdx.x; e < dk; e += blockDim.x) {
             qv[e] = yi[(int64_t)kh * dk + e];
             kv[e] = yi[qk + (int64_t)kh * dk + e];
@@ -92,6 +107,10 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
         block_l2norm(kv, dk, 1.0f, sh);
         float g = fmul(s.neg_A[h], dsoftplus(fadd(a[i * ab_ld + h], s.dt_bias[h])));
         float beta = dsigmoid(b[i * ab_ld + h]);
+        if (R::gates_out) { /* the seam's op leaves g and beta in a and b (dr_op_gdn_gates in place) */
+            __syncthreads(); /* every thread has read a and b */
+            if (threadIdx.x == 0) a[i * ab_ld + h] = g, b[i * ab_ld + h] = beta;
+        }
         float decay = expf(g), m = 0.0f;
 #pragma unroll
         for (int ee = 0; ee < GDN_ROWS; ee++) {
@@ -113,6 +132,11 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
             }
         }
         oj = fadd(oj, __shfl_xor_sync(0xFFFFFFFFu, oj, 1));
+        if (!z) { /* the seam: the gated norm is its own op */
+            if (col && !half) o[i * vd + (int64_t)h * dv + j] = oj;
+            __syncthreads();
+            continue;
+        }
         /* o_h = rms_norm_plain(o_h, norm) * silu(z_h) (dr_op_gated_rms_norm) */
         double ss = block_sum_d((col && !half) ? (double)oj * (double)oj : 0.0, sh);
         float r = (float)(1.0 / sqrt(ss / (double)dv + s.eps));
@@ -123,7 +147,7 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
         }
         __syncthreads(); /* qv / kv are refilled by the next row */
     }
-    if (col && !(skip && !one_session && skip[i0])) {
+    if (col && !(one_session != 1 && rows.held(i0))) {
 #pragma unroll
         for (int ee = 0; ee < GDN_ROWS; ee++) {
             int e = 2 * ee + half;
@@ -146,6 +170,29 @@ extern "C" drama_status dr_cuda_gdn_recur(dr_cuda *c, const dr_cuda_gdn_shape *s
                        DR_CUDA_GDN_MAX_DK, DR_CUDA_GDN_MAX_DV);
     int threads = (2 * s->dv + 31) / 32 * 32;
     dim3 grid((unsigned)s->nv, one_session ? 1u : (unsigned)n);
-    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, one_session, y, z, z_ld, a, b, ab_ld, state, skip, o);
+    rows_arr r = {NULL, NULL, state, skip};
+    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, one_session, y, z, z_ld, (float *)a, (float *)b, ab_ld, r, o);
+    return dr_cuda_check(cudaGetLastError(), "deltanet recurrence launch", err);
+}
+
+/* ---- the seam's DeltaNet op: conv + SiLU, then the recurrence row by row (its rows are one
+ * session in position order, or one row per session); the gated norm is a separate op ---- */
+drama_status dr_cuda_seam_deltanet(dr_cuda *c, const dr_cuda_gdn_shape *s, const dr_seq_row *rows, int layer,
+                                   int64_t n, int one_session, const float *u, float *y, float *a, float *b,
+                                   float *out, drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    if (s->dk > DR_CUDA_GDN_MAX_DK || s->dv > DR_CUDA_GDN_MAX_DV || s->nv % s->nk)
+        return dr_fail(err, DRAMA_EUNSUPPORTED,
+                       "CUDA DeltaNet: key head dim %d / value head dim %d beyond the kernel's %d / %d", s->dk, s->dv,
+                       DR_CUDA_GDN_MAX_DK, DR_CUDA_GDN_MAX_DV);
+    int64_t C = 2 * (int64_t)s->nk * s->dk + (int64_t)s->nv * s->dv;
+    rows_seq r = {rows, layer};
+    gdn_conv_kernel<<<(unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, c->stream>>>(*s, n, C, u, C, r, y);
+    drama_status st = dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
+    if (st) return st;
+    int threads = (2 * s->dv + 31) / 32 * 32;
+    (void)one_session; /* the runs of one sequence are found on the device (mode 2) */
+    dim3 grid((unsigned)s->nv, (unsigned)n);
+    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, 2, y, NULL, 0, a, b, s->nv, r, out);
     return dr_cuda_check(cudaGetLastError(), "deltanet recurrence launch", err);
 }

@@ -243,8 +243,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 if (j < nt) {
-                    float *yp = J.y + (t0 + j) * ystride + (row - J.r0);
-                    *yp = J.add ? *yp + acc[j] : acc[j]; /* add: the residual stream, one fp32 add */
+                    int64_t off = (t0 + j) * ystride + (row - J.r0);
+                    J.y[off] = J.add ? J.y[off] + acc[j] : acc[j]; /* add: the residual stream, one fp32 add */
+                    if (J.y2) J.y2[off] = J.y2[off] + acc[j];
                 }
         }
     }
@@ -299,6 +300,7 @@ __global__ void __launch_bounds__(MV1_WARPS * 32) matvec1_kernel(const __grid_co
         if (lane == 0) {
             float *yp = J.y + (row - J.r0);
             *yp = J.add ? *yp + acc[0] : acc[0];
+            if (J.y2) J.y2[row - J.r0] = J.y2[row - J.r0] + acc[0];
         }
     }
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_common.cuh"
 
 #define GU_WARPS 4          /* outputs per gate/up block */
@@ -170,7 +171,7 @@ __device__ __forceinline__ unsigned long long block_max_u64(unsigned long long v
 
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t *slot, int32_t *ids, int32_t *slots,
-                 float *wsel, int layer, dev_status *st) {
+                 float *wsel, int layer, dev_status *st, dr_op_status *rst) {
     extern __shared__ float probs[]; /* [E] */
     __shared__ double sh[32];
     __shared__ float shf[32];
@@ -192,6 +193,8 @@ moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t
     mx = block_max_f(mx, shf);
     if (ne == 0.0) {
         if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_ROUTER, layer, (int)r);
+        if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
+            rst[r].code = DRAMA_ENUMERIC, rst[r].fault = DR_FAULT_ROUTER, rst[r].a = layer;
         if (threadIdx.x < k) {
             ids[r * k + threadIdx.x] = slots[r * k + threadIdx.x] = -1;
             wsel[r * k + threadIdx.x] = 0.0f;
@@ -299,9 +302,8 @@ __global__ void __launch_bounds__((MOE_MAX_TOPK + 1) * 32) moe_down_kernel(int64
     }
 }
 
-extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out,
-                                        int add, void *ws, size_t ws_bytes, int layer, dr_cuda_status *st,
-                                        drama_error *err) {
+static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add, void *ws,
+                            size_t ws_bytes, int layer, dr_cuda_status *st, dr_op_status *rst, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!m || !x || !out || !ws) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: NULL argument");
     moe_ws w = ws_layout(m, n, ws);
@@ -309,11 +311,11 @@ extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: workspace of %zu bytes, %zu needed", ws_bytes, w.bytes);
     if (n * (m->topk + 1) > 65535 || n > 65535)
         return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_moe_run: %lld rows in one call", (long long)n);
-    dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0}, {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0}};
+    dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0, NULL}, {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL}};
     drama_status s = dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
     moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream>>>(
-        w.scores, m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st);
+        w.scores, m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));
@@ -324,6 +326,17 @@ extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_
     moe_down_kernel<<<g2, (m->topk + 1) * 32, 0, c->stream>>>(n, m->topk, w.slots, w.wsel, w.sg, m->experts, m->shared,
                                                               m->W, m->H, w.act, out, add);
     return dr_cuda_check(cudaGetLastError(), "MoE down launch", err);
+}
+
+extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out,
+                                        int add, void *ws, size_t ws_bytes, int layer, dr_cuda_status *st,
+                                        drama_error *err) {
+    return moe_run(c, m, n, x, out, add, ws, ws_bytes, layer, st, NULL, err);
+}
+
+drama_status dr_cuda_seam_moe(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, void *ws,
+                              size_t ws_bytes, int layer, dr_op_status *status, drama_error *err) {
+    return moe_run(c, m, n, x, out, 0, ws, ws_bytes, layer, NULL, status, err);
 }
 
 extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const dr_cuda_weight *up,

@@ -133,7 +133,7 @@ extern "C" drama_status dr_cuda_embed(dr_cuda *c, const dr_cuda_weight *tok, con
 
 __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table, dr_cuda_tower_in p, const int32_t *codes,
                                                                    int64_t codes_ld, const uint8_t *mask, const float *h,
-                                                                   float *x, dev_status *st) {
+                                                                   float *x, dev_status *st, dr_op_status *rst, int layer) {
     extern __shared__ float e[]; /* [de] */
     __shared__ double sh[32];
     const int64_t r = blockIdx.x, xw = (int64_t)p.de + p.dh;
@@ -146,6 +146,9 @@ __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table,
         src = (int64_t)code + (int64_t)p.slot * p.code_stride;
         if (code < 0 || code >= p.code_stride || src >= table.r1) {
             if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_CODE, code, (int)r);
+            if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
+                rst[r].code = DRAMA_EINVAL, rst[r].fault = DR_FAULT_CODE, rst[r].a = code, rst[r].b = p.slot,
+                rst[r].c = layer;
             src = -1;
         }
     }
@@ -159,9 +162,9 @@ __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table,
     block_rms_norm(h + r * p.dh, p.hnorm, p.eps, p.dh, xh, sh);
 }
 
-extern "C" drama_status dr_cuda_tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n, const int32_t *codes,
-                                            int64_t codes_ld, const uint8_t *mask, const float *h, float *x,
-                                            dr_cuda_status *st, drama_error *err) {
+static drama_status tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n, const int32_t *codes, int64_t codes_ld,
+                                const uint8_t *mask, const float *h, float *x, dr_cuda_status *st, dr_op_status *rst,
+                                int layer, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!p || !p->code_table || !codes || !h || !x || p->de <= 0 || p->dh <= 0 || p->code_table->cols != p->de)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_tower_input: bad arguments");
@@ -169,8 +172,20 @@ extern "C" drama_status dr_cuda_tower_input(dr_cuda *c, const dr_cuda_tower_in *
     if (shm > 48 * 1024) return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_tower_input: code width %d too wide", p->de);
     mv_job tj = dr_cuda_weight_view(p->code_table);
     tower_input_kernel<<<(unsigned)n, NORM_THREADS, shm, c->stream>>>(tj, *p, codes, codes_ld, mask, h, x,
-                                                                      (dev_status *)st);
+                                                                      (dev_status *)st, rst, layer);
     return dr_cuda_check(cudaGetLastError(), "tower input launch", err);
+}
+
+extern "C" drama_status dr_cuda_tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n, const int32_t *codes,
+                                            int64_t codes_ld, const uint8_t *mask, const float *h, float *x,
+                                            dr_cuda_status *st, drama_error *err) {
+    return tower_input(c, p, n, codes, codes_ld, mask, h, x, st, NULL, 0, err);
+}
+
+extern "C" drama_status dr_cuda_tower_input_rows(dr_cuda *c, const dr_cuda_tower_in *p, int layer, int64_t n,
+                                                 const int32_t *codes, int64_t codes_ld, const uint8_t *mask,
+                                                 const float *h, float *x, dr_op_status *rstatus, drama_error *err) {
+    return tower_input(c, p, n, codes, codes_ld, mask, h, x, NULL, rstatus, layer, err);
 }
 
 /* ---- guidance ---- */

@@ -206,112 +206,151 @@ static int pow2_at_least(int n) {
     return p;
 }
 
-/* ---- semantic draw with the repetition-aware redraw (dr_sample_semantic) ---- */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-sample_semantic_kernel(const float *logits, int64_t ld, int n, int n2, dr_cuda_lane *lanes, const int32_t *skip,
-                       int32_t *codes, int64_t codes_ld, dev_status *st) {
-    extern __shared__ unsigned long long smem[];
-    const int64_t i = blockIdx.x;
-    if (skip && skip[i]) return;
-    sample_smem S = smem_layout(smem, n, n2);
-    dr_cuda_lane *L = &lanes[i];
-    const uint64_t f = L->next_f;
-    const float *lg = logits + i * ld;
-    draw_spec sp = {L->temperature, L->top_p, L->semantic_top_k, 1};
-    int err = 0, arg = 0;
-    int t = block_draw(lg, n, n2, sp, dr_philox_uniform(L->seed, f * 16 + 0), S, &err, &arg);
-    if (t >= 0 && L->temperature > 0.0f && L->ras_window > 0 && t != n - 1) {
-        int len = L->window_len, first = len > L->ras_window ? len - L->ras_window : 0, rep = 0;
-        for (int k = first; k < len; k++) rep |= L->window[k] == t;
-        if (rep) { /* same logits, its own temperature and nucleus, no top-k, slot 1 */
-            draw_spec ras = {L->ras_temperature, L->ras_top_p, 0, 1};
-            t = block_draw(lg, n, n2, ras, dr_philox_uniform(L->seed, f * 16 + 1), S, &err, &arg);
-        }
-    }
-    if (threadIdx.x != 0) return;
-    L->f = f;
-    L->next_f = f + 1;
-    if (t < 0) {
-        dev_fail(st, err, arg, (int)i);
-        L->finish = -1;
-        return;
-    }
-    L->code = t;
-    if (t == n - 1) {
-        L->finish = 1;
-    } else if (L->batch_frames >= L->frame_cap) {
-        L->finish = 2;
-    } else {
-        L->finish = 0;
-        if (L->window_len == DR_CUDA_RAS_MAX) {
-            for (int k = 0; k + 1 < DR_CUDA_RAS_MAX; k++) L->window[k] = L->window[k + 1];
-            L->window_len--;
-        }
-        L->window[L->window_len++] = t;
-        L->batch_frames++;
-        if (codes) codes[i * codes_ld] = t;
-    }
-}
+static int attr_semantic, attr_acoustic, attr_raw;
 
-static drama_status launch_prep(const void *fn, int n, int *n2, size_t *shm, drama_error *err) {
-    if (n < 1 || n > (1 << 14)) return dr_fail(err, DRAMA_EINVAL, "CUDA sampler: %d candidates (1 .. 16384)", n);
+/* Geometry of a draw over n candidates; the kernel's opt-in to large shared memory is made once
+ * per kernel (the first launch always happens outside a graph capture: the prefill draws first). */
+static drama_status launch_prep(const void *fn, int *attr_set, int n, int *n2, size_t *shm, drama_error *err) {
+    if (n < 1 || n > 8192) return dr_fail(err, DRAMA_EINVAL, "CUDA sampler: %d candidates (1 .. 8192)", n);
     *n2 = pow2_at_least(n);
     *shm = smem_bytes(n, *n2);
-    if (*shm > 48 * 1024)
-        return dr_cuda_check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*shm),
-                             "cudaFuncSetAttribute (sampler)", err);
+    if (*shm > 48 * 1024 && !*attr_set) {
+        drama_status s = dr_cuda_smem_optin(fn, "sampler shared memory", err);
+        if (s) return s;
+        *attr_set = 1;
+    }
     return DRAMA_OK;
 }
 
-extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const float *logits, int64_t ld, int n_cand, int64_t n,
-                                                dr_cuda_lane *lanes, const int32_t *skip, int32_t *codes,
-                                                int64_t codes_ld, dr_cuda_status *st, drama_error *err) {
+/* a failed draw as the CPU's dr_sample_*_st reports it (backend.h: DR_FAULT_DRAW) */
+__device__ void draw_status(dr_op_status *st, int kind, int err, int arg, uint64_t f) {
+    st->code = DRAMA_ENUMERIC;
+    st->fault = DR_FAULT_DRAW;
+    st->a = kind;
+    st->b = err == DR_CUDA_ERR_LOGIT_NAN ? DR_DRAW_NAN : err == DR_CUDA_ERR_LOGIT_INF ? DR_DRAW_POSINF : DR_DRAW_ALL_EXCLUDED;
+    st->c = (int64_t)f;
+    st->d = err == DR_CUDA_ERR_EXCLUDED ? 0 : arg;
+}
+
+/* ---- the semantic draw of every lane with the repetition-aware redraw (dr_cpu_op_sample_semantic,
+ * dr_sample_semantic_st): f = g->draw (then g->draw + 1), the end token ends the lane, a frame's
+ * code joins the redraw window ---- */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) {
+    extern __shared__ unsigned long long smem[];
+    const int64_t i = blockIdx.x;
+    sample_smem S = smem_layout(smem, n, n2);
+    dr_gen_lane *g = lanes[i].g;
+    const dr_sampler_params sp = g->sp;
+    const uint64_t f = g->draw;
+    dr_op_status *st = &io.status[i];
+    int32_t *code = io.codes + i * DR_MAX_CODEBOOKS;
+    const int earlier = st->code != 0;
+    __syncthreads(); /* every thread has read the counter and the status */
+    if (threadIdx.x == 0) {
+        g->draw = f + 1;
+        code[0] = 0;
+        io.ended[i] = 0;
+    }
+    if (earlier) return; /* an earlier failure of this step */
+    const float *lg = lanes[i].logits;
+    draw_spec spec = {sp.temperature, sp.top_p, sp.semantic_top_k, 1};
+    int err = 0, arg = 0, kind = DR_DRAW_SEMANTIC;
+    int t = block_draw(lg, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 0), S, &err, &arg);
+    if (t >= 0 && sp.temperature > 0.0f && sp.ras_window > 0 && t != n - 1) {
+        int len = g->window_len, first = len > sp.ras_window ? len - sp.ras_window : 0, rep = 0;
+        for (int k = first; k < len; k++) rep |= g->window[k] == t;
+        if (rep) { /* same logits, its own temperature and nucleus, no top-k, slot 1 */
+            draw_spec ras = {sp.ras_temperature, sp.ras_top_p, 0, 1};
+            kind = DR_DRAW_REDRAW;
+            t = block_draw(lg, n, n2, ras, dr_philox_uniform(sp.seed, f * 16 + 1), S, &err, &arg);
+        }
+    }
+    if (threadIdx.x != 0) return;
+    if (t < 0) {
+        draw_status(st, kind, err, arg, f);
+        return;
+    }
+    if (t == n - 1) {
+        io.ended[i] = 1;
+        return;
+    }
+    code[0] = t;
+    if (g->window_len == DR_RAS_MAX) {
+        for (int k = 0; k + 1 < DR_RAS_MAX; k++) g->window[k] = g->window[k + 1];
+        g->window_len--;
+    }
+    g->window[g->window_len++] = t;
+}
+
+extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand,
+                                                dr_step_io io, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
-    if (!logits || !lanes || ld < n_cand || n_cand < 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_semantic: bad arguments");
+    if (!lanes || n_cand < 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_semantic: bad arguments");
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_semantic_kernel, n_cand, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)sample_semantic_kernel, &attr_semantic, n_cand, &n2, &shm, err);
     if (s) return s;
-    sample_semantic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(logits, ld, n_cand, n2, lanes, skip, codes,
-                                                                           codes_ld, (dev_status *)st);
+    sample_semantic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(lanes, n_cand, n2, io);
     return dr_cuda_check(cudaGetLastError(), "semantic sampler launch", err);
 }
 
-/* ---- acoustic draw of one codebook (dr_sample_acoustic) ---- */
+/* ---- the acoustic draw of codebook j for every live lane (dr_cpu_op_sample_acoustic) ---- */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-sample_acoustic_kernel(const float *logits, int64_t ld, int n, int n2, int codebook, const dr_cuda_lane *lanes,
-                       const int32_t *skip, int32_t *codes, int64_t codes_ld, dev_status *st) {
+sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *logits, int n, int n2, dr_step_io io) {
     extern __shared__ unsigned long long smem[];
     const int64_t i = blockIdx.x;
-    const dr_cuda_lane *L = &lanes[i];
-    if ((skip && skip[i]) || L->finish != 0) return;
+    dr_op_status *st = &io.status[i];
+    int32_t *out = io.codes + i * DR_MAX_CODEBOOKS + codebook;
+    if (io.ended[i] || st->code) { /* uniform: the lane draws nothing */
+        if (threadIdx.x == 0) *out = 0;
+        return;
+    }
     sample_smem S = smem_layout(smem, n, n2);
-    draw_spec sp = {L->temperature, L->top_p, L->acoustic_top_k, 0};
+    const dr_gen_lane *g = lanes[i].g;
+    const dr_sampler_params sp = g->sp;
+    const uint64_t f = g->draw - 1;
+    draw_spec spec = {sp.temperature, sp.top_p, sp.acoustic_top_k, 0};
     int err = 0, arg = 0;
-    int t = block_draw(logits + i * ld, n, n2, sp, dr_philox_uniform(L->seed, L->f * 16 + 1 + (uint64_t)codebook), S,
-                       &err, &arg);
+    int t = block_draw(logits + i * n, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 1 + (uint64_t)codebook), S, &err,
+                       &arg);
     if (threadIdx.x != 0) return;
     if (t < 0) {
-        dev_fail(st, err, arg, (int)i);
-        t = 0;
+        draw_status(st, codebook, err, arg, f);
+        t = 0; /* the lane is lost; the others go on */
     }
-    codes[i * codes_ld + codebook] = t;
+    *out = t;
 }
 
-extern "C" drama_status dr_cuda_sample_acoustic(dr_cuda *c, const float *logits, int64_t ld, int hv, int64_t n,
-                                                int codebook, const dr_cuda_lane *lanes, const int32_t *skip,
-                                                int32_t *codes, int64_t codes_ld, dr_cuda_status *st,
-                                                drama_error *err) {
+extern "C" drama_status dr_cuda_sample_acoustic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int codebook,
+                                                const float *logits, int hv, dr_step_io io, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
-    if (!logits || !lanes || !codes || ld < hv || codebook < 1 || codebook > 14)
+    if (!lanes || !logits || codebook < 1 || codebook > 14)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_acoustic: bad arguments");
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_acoustic_kernel, hv, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)sample_acoustic_kernel, &attr_acoustic, hv, &n2, &shm, err);
     if (s) return s;
-    sample_acoustic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(logits, ld, hv, n2, codebook, lanes, skip,
-                                                                           codes, codes_ld, (dev_status *)st);
+    sample_acoustic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(lanes, codebook, logits, hv, n2, io);
     return dr_cuda_check(cudaGetLastError(), "acoustic sampler launch", err);
+}
+
+/* ---- guidance over the lanes (dr_cpu_op_guidance) ---- */
+__global__ void lanes_guidance_kernel(const dr_step_lane *lanes, int n_cand) {
+    const dr_step_lane *L = &lanes[blockIdx.y];
+    const float gamma = L->g->sp.cfg_gamma;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_cand; i += gridDim.x * blockDim.x) {
+        float cv = L->logits_c[i];
+        L->logits[i] = !L->guided ? cv : (isinf(cv) && cv < 0) ? cv : fadd(cv, fmul(gamma, fsub(cv, L->logits_u[i])));
+    }
+}
+
+extern "C" drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand,
+                                               drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    dim3 grid((unsigned)((n_cand + 255) / 256 < 32 ? (n_cand + 255) / 256 : 32), (unsigned)n);
+    lanes_guidance_kernel<<<grid, 256, 0, c->stream>>>(lanes, n_cand);
+    return dr_cuda_check(cudaGetLastError(), "guidance launch", err);
 }
 
 /* ---- one general draw per row (the contract's entry point) ---- */
@@ -335,7 +374,7 @@ extern "C" drama_status dr_cuda_sample_raw(dr_cuda *c, const float *logits, int6
     if (!logits || !u || !out || ld < n_cand) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_raw: bad arguments");
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_raw_kernel, n_cand, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)sample_raw_kernel, &attr_raw, n_cand, &n2, &shm, err);
     if (s) return s;
     draw_spec sp = {temperature, top_p, top_k, rule == 0};
     sample_raw_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(logits, ld, n_cand, n2, sp, u, out,
@@ -354,4 +393,16 @@ extern "C" drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_
     if (n <= 0) return DRAMA_OK;
     expf_eval_kernel<<<1024, 256, 0, c->stream>>>(x, n, y, device_expf);
     return dr_cuda_check(cudaGetLastError(), "expf_det launch", err);
+}
+
+drama_status dr_cuda_sample_init(drama_error *err) {
+    const void *fns[3] = {(const void *)sample_semantic_kernel, (const void *)sample_acoustic_kernel,
+                          (const void *)sample_raw_kernel};
+    int *flags[3] = {&attr_semantic, &attr_acoustic, &attr_raw};
+    for (int i = 0; i < 3; i++) {
+        drama_status s = dr_cuda_smem_optin(fns[i], "sampler shared memory", err);
+        if (s) return s;
+        *flags[i] = 1;
+    }
+    return DRAMA_OK;
 }

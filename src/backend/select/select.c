@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_backend.h"
 #ifdef DRAMA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_seam.h"
 #endif
 
 drama_status dr_backend_parse(const char *name, dr_backend_want *out, drama_error *err) {
@@ -30,10 +31,7 @@ static drama_status cuda_open(int device, dr_backend **out, drama_error *err) {
     if (device < 0 || device >= count)
         return dr_fail(err, DRAMA_EINVAL, "--device %d: this machine has %d CUDA device%s (0..%d)", device, count,
                        count == 1 ? "" : "s", count - 1);
-    /* the CUDA implementation of the seam's ops (backend.h) lands in src/backend/cuda */
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "cuda backend: device %d found, but the model's ops are not implemented "
-                                            "for CUDA yet",
-                   device);
+    return dr_backend_cuda_create(device, out, err);
 #else
     (void)device;
     return dr_fail(err, DRAMA_EUNSUPPORTED, "cuda backend: this build has no CUDA support (built without nvcc)");
