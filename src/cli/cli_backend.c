@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli_args.h"
 #include "cli/commands.h"
 
 int dr_cli_backend_value(const char *cmd, const char *flag, const char *v, dr_backend_choice *c) {
@@ -20,12 +21,8 @@ int dr_cli_backend_value(const char *cmd, const char *flag, const char *v, dr_ba
         }
         return 1;
     }
-    char *end;
-    long d = strtol(v, &end, 10);
-    if (!*v || *end || d < 0 || d > 1023) {
-        fprintf(stderr, "drama %s: --device: expected a GPU index in 0..1023, got '%s'\n", cmd, v);
-        return -1;
-    }
+    long long d;
+    if (!dr_cli_int(cmd, "--device", v, 0, 1023, &d)) return -1;
     c->device = (int)d;
     return 1;
 }

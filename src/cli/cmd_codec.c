@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "codec/codec.h"
 #include "io/audio_in.h"
@@ -49,16 +50,13 @@ static int parse(int argc, char **argv, args *a) {
         else if (!strcmp(s, "--output") && i + 1 < argc) a->output = argv[++i];
         else if (!strcmp(s, "--f32")) a->f32 = 1;
         else if (!strcmp(s, "--threads") && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 1024) return fprintf(stderr, "drama codec: bad --threads '%s'\n", argv[i]), 0;
+            long long v;
+            if (!dr_cli_int("codec", s, argv[++i], 0, 1024, &v)) return 0;
             a->threads = (int)v;
         } else if (!strcmp(s, "--max-seconds") && i + 1 < argc) {
-            char *end;
-            a->max_seconds = strtod(argv[++i], &end);
-            if (end == argv[i] || *end || a->max_seconds == 0 || isnan(a->max_seconds) || isinf(a->max_seconds))
-                return fprintf(stderr, "drama codec: bad --max-seconds '%s' (seconds, nonzero and finite; negative: no cap)\n",
-                               argv[i]), 0;
+            if (!dr_cli_num("codec", s, argv[++i], -HUGE_VAL, HUGE_VAL, 0, &a->max_seconds)) return 0;
+            if (a->max_seconds == 0)
+                return fprintf(stderr, "drama codec: --max-seconds: must be nonzero (negative: no cap)\n"), 0;
         } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);
             exit(DR_EXIT_OK);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "tools/contract.h"
 
@@ -40,14 +41,13 @@ int cmd_contract(int argc, char **argv) {
         } else if (!strcmp(a, "--list")) {
             o.list = 1;
         } else if ((!strcmp(a, "--threads") || !strcmp(a, "--seed")) && i + 1 < argc) {
-            char *end = NULL;
-            unsigned long long v = strtoull(argv[i + 1], &end, 10);
-            if (!*argv[i + 1] || *end || (a[2] == 't' && (v < 1 || v > 1024))) {
-                fprintf(stderr, "drama contract: bad value '%s' for %s\n", argv[i + 1], a);
+            long long t;
+            if (a[2] == 't') {
+                if (!dr_cli_int("contract", a, argv[i + 1], 1, 1024, &t)) return DR_EXIT_USAGE;
+                o.threads = (int)t;
+            } else if (!dr_cli_seed("contract", a, argv[i + 1], &o.seed)) {
                 return DR_EXIT_USAGE;
             }
-            if (a[2] == 't') o.threads = (int)v;
-            else o.seed = v;
             i++;
         } else {
             fprintf(stderr, "drama contract: unexpected argument '%s'\n", a);

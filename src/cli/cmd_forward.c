@@ -18,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/pool.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "io/checkpoint.h"
 #include "io/rows_json.h"
@@ -174,10 +175,8 @@ int cmd_forward(int argc, char **argv) {
         }
         else if (!strcmp(a, "--nll")) want_nll = 1;
         else if (!strcmp(a, "--threads") && has) {
-            char *end;
-            long t = strtol(argv[++i], &end, 10);
-            if (*end || t < 0 || t > 1024) {
-                fprintf(stderr, "drama forward: --threads: expected an integer in 0..1024, got '%s'\n", argv[i]);
+            long long t;
+            if (!dr_cli_int("forward", a, argv[++i], 0, 1024, &t)) {
                 free(sets);
                 return DR_EXIT_USAGE;
             }

@@ -27,6 +27,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "gen/frameloop.h"
 #include "gen/session.h"
@@ -72,47 +73,14 @@ static void usage(FILE *f) {
 }
 
 static int parse_double(const char *flag, const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (!*v || *end || errno) {
-        fprintf(stderr, "drama generate: %s: not a number: '%s'\n", flag, v);
-        return 0;
-    }
-    *out = d;
-    return 1;
+    return dr_cli_num("generate", flag, v, -HUGE_VAL, HUGE_VAL, 0, out);
 }
 
 static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "drama generate: %s: expected an integer in [%lld, %lld], got '%s'\n", flag, lo, hi, v);
-        return 0;
-    }
-    *out = x;
-    return 1;
+    return dr_cli_int("generate", flag, v, lo, hi, out);
 }
 
-/* Any 64-bit integer: negative values keep their two's-complement bits. */
-static int parse_seed(const char *v, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (v[0] == '-') {
-        long long x = strtoll(v, &end, 10);
-        if (*end || errno || end == v) goto bad;
-        *out = (uint64_t)x;
-        return 1;
-    }
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end || errno || end == v) goto bad;
-    *out = (uint64_t)x;
-    return 1;
-bad:
-    fprintf(stderr, "drama generate: --seed: expected a 64-bit integer, got '%s'\n", v);
-    return 0;
-}
+static int parse_seed(const char *v, uint64_t *out) { return dr_cli_seed("generate", "--seed", v, out); }
 
 typedef struct collect {
     int32_t *codes;

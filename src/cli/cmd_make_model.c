@@ -1,11 +1,13 @@
 /* cmd_make_model.c - `drama make-model DIR`: write a random-weight checkpoint (docs/tools.md). */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "tools/make_model.h"
 
@@ -51,14 +53,8 @@ static const dim_flag k_dims[] = {
 };
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "drama make-model: %s: expected an integer in [%lld, %lld], got '%s'\n", flag,
-                (long long)lo, (long long)hi, s);
-        return 0;
-    }
+    long long v;
+    if (!dr_cli_int("make-model", flag, s, lo, hi, &v)) return 0;
     *out = v;
     return 1;
 }
@@ -135,13 +131,7 @@ int cmd_make_model(int argc, char **argv) {
         } else if (!strcmp(a, "--codec")) {
             codec = v;
         } else if (!strcmp(a, "--partial-rotary")) {
-            char *end;
-            double x = strtod(v, &end);
-            if (end == v || *end) {
-                fprintf(stderr, "drama make-model: --partial-rotary: expected a number, got '%s'\n", v);
-                return DR_EXIT_USAGE;
-            }
-            o.dims.partial_rotary = x;
+            if (!dr_cli_num("make-model", a, v, -HUGE_VAL, HUGE_VAL, 0, &o.dims.partial_rotary)) return DR_EXIT_USAGE;
         } else {
             size_t k;
             for (k = 0; k < sizeof k_dims / sizeof k_dims[0]; k++)

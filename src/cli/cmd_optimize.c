@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "tools/optimize.h"
 
@@ -33,15 +34,7 @@ static void usage(FILE *f) {
 }
 
 static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "drama optimize: %s: expected an integer in [%lld, %lld], got '%s'\n", flag, lo, hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
+    return dr_cli_int("optimize", flag, s, lo, hi, out);
 }
 
 int cmd_optimize(int argc, char **argv) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "gen/pipeline.h"
 #include "io/codes_json.h"
@@ -60,12 +61,8 @@ int cmd_prompt(int argc, char **argv) {
             ref_text[n_texts++] = argv[++i];
         } else if (!strcmp(a, "--set") && has_value && n_sets < MAX_SETS) sets[n_sets++] = argv[++i];
         else if (!strcmp(a, "--speaker") && has_value) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || v < 0 || v >= DR_PROMPT_SPEAKERS) {
-                fprintf(stderr, "drama prompt: --speaker: expected 0..%d, got '%s'\n", DR_PROMPT_SPEAKERS - 1, argv[i]);
-                return DR_EXIT_USAGE;
-            }
+            long long v;
+            if (!dr_cli_int("prompt", a, argv[++i], 0, DR_PROMPT_SPEAKERS - 1, &v)) return DR_EXIT_USAGE;
             speaker = (int)v;
         } else {
             fprintf(stderr, "drama prompt: unknown, incomplete or repeated too often: '%s'\n", a);

@@ -10,6 +10,7 @@
 
 #include "base/file.h"
 #include "base/progress.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "tools/pull.h"
 
@@ -132,15 +133,7 @@ static int read_token(const char *file, char **out) {
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (errno || end == v || *end || !(d >= lo && d <= hi)) {
-        fprintf(stderr, "drama pull: %s: expected a number in [%g, %g], got '%s'\n", flag, lo, hi, v);
-        return 0;
-    }
-    *out = d;
-    return 1;
+    return dr_cli_num("pull", flag, v, lo, hi, 0, out);
 }
 
 int cmd_pull(int argc, char **argv) {

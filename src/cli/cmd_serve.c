@@ -12,6 +12,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "serve/server.h"
 
@@ -65,15 +66,8 @@ static int bad(const char *flag, const char *v, const char *why) {
 }
 
 static int get_ll(const char *flag, const char *v, long long lo, long long hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno) return bad(flag, v, "expected an integer");
-    if (x < lo || x > hi) {
-        char why[96];
-        snprintf(why, sizeof why, "must be in %lld..%lld", lo, hi);
-        return bad(flag, v, why);
-    }
+    long long x;
+    if (!dr_cli_int("serve", flag, v, lo, hi, &x)) return DR_EXIT_USAGE;
     *out = x;
     return 0;
 }
@@ -86,17 +80,7 @@ static int get_int(const char *flag, const char *v, int lo, int hi, int *out) {
 }
 
 static int get_num(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end = NULL;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || errno || !isfinite(x)) return bad(flag, v, "expected a finite number");
-    if (x < lo || x > hi) {
-        char why[96];
-        snprintf(why, sizeof why, "must be in [%g, %g]", lo, hi);
-        return bad(flag, v, why);
-    }
-    *out = x;
-    return 0;
+    return dr_cli_num("serve", flag, v, lo, hi, 0, out) ? 0 : DR_EXIT_USAGE;
 }
 
 typedef struct serve_args {

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/progress.h"
 #include "base/receipt.h"
+#include "base/cli_args.h"
 #include "cli/commands.h"
 #include "drama.h"
 #include "io/codes_json.h"
@@ -125,48 +126,21 @@ static int bad_value(const char *flag, const char *v, const char *why) {
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno) return bad_value(flag, v, "expected an integer");
-    if (x < lo || x > hi) {
-        char why[96];
-        snprintf(why, sizeof why, "must be in %ld..%ld", lo, hi);
-        return bad_value(flag, v, why);
-    }
+    long long x;
+    if (!dr_cli_int("synthesize", flag, v, lo, hi, &x)) return DR_EXIT_USAGE;
     *out = (int)x;
     return 0;
 }
 
 static int parse_float(const char *flag, const char *v, double lo, double hi, int lo_open, float *out) {
-    char *end = NULL;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || errno) return bad_value(flag, v, "expected a number");
-    if (!isfinite(x)) return bad_value(flag, v, "must be finite");
-    if (x < lo || x > hi || (lo_open && x <= lo)) {
-        char why[96];
-        snprintf(why, sizeof why, "must be in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
-        return bad_value(flag, v, why);
-    }
+    double x;
+    if (!dr_cli_num("synthesize", flag, v, lo, hi, lo_open, &x)) return DR_EXIT_USAGE;
     *out = (float)x;
     return 0;
 }
 
 static int parse_seed(const char *v, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    if (!v || !*v) return bad_value("--seed", v, "expected an integer");
-    if (v[0] == '-') {
-        long long x = strtoll(v, &end, 10);
-        if (*end || errno) return bad_value("--seed", v, "expected a 64-bit integer");
-        *out = (uint64_t)x; /* two's complement bits (TEXT.md 5.6) */
-    } else {
-        unsigned long long x = strtoull(v, &end, 10);
-        if (*end || errno) return bad_value("--seed", v, "expected a 64-bit integer");
-        *out = (uint64_t)x;
-    }
-    return 0;
+    return dr_cli_seed("synthesize", "--seed", v, out) ? 0 : DR_EXIT_USAGE;
 }
 
 /* Returns -1 when parsing succeeded, else the exit status. */

@@ -18,6 +18,7 @@ int cmd_contract(int argc, char **argv);    /* cmd_contract.c */
 int cmd_optimize(int argc, char **argv);    /* cmd_optimize.c */
 int cmd_pull(int argc, char **argv);        /* cmd_pull.c: download + verify from a hub */
 int cmd_serve(int argc, char **argv);       /* cmd_serve.c: the HTTP server */
+int cmd_bench(int argc, char **argv);       /* cmd_bench.c: benchmarks with their roofline */
 
 /* `--backend cpu|cuda|auto` / `--device N` at argv[*i] (cli_backend.c): 1 = taken (*i at its
  * value), 0 = not one of them, -1 = bad or missing value (printed; exit DR_EXIT_USAGE). The

@@ -27,6 +27,7 @@ static const command k_commands[] = {
     {"contract", cmd_contract, "check every kernel against a float64 reference"},
     {"pull", cmd_pull, "download a checkpoint from a Hugging Face-compatible hub, verified"},
     {"optimize", cmd_optimize, "re-encode (fp8, nvfp4, q4, bf16) or prune the routed experts"},
+    {"bench", cmd_bench, "benchmarks printed with their roofline (ratio_to_floor)"},
     {"serve", cmd_serve, "HTTP server: fish-speech /v1/tts, OpenAI /v1/audio/speech, voices, metrics"},
 };
 
