@@ -77,7 +77,8 @@ for p in "--temperature 2.5:temperature" "--top-p 0:top_p" "--cfg-gamma nan:cfg_
     name=${p##*:}
     "${G[@]}" --rows "$T/rows-noref.json" --frames 2 $flag --codes-out "$T/bad.json" 2> "$T/bad.err"
     rc=$?
-    [ $rc -ne 0 ] && grep -q "$name" "$T/bad.err" || bad "$flag: exit $rc, message: $(cat "$T/bad.err")"
+    # named as the sampler parameter (library check) or as the flag (the CLI refuses a non-number)
+    [ $rc -ne 0 ] && grep -q -e "$name" -e "${flag%% *}:" "$T/bad.err" || bad "$flag: exit $rc, message: $(cat "$T/bad.err")"
     [ -e "$T/bad.json" ] && bad "$flag: output written"
 done
 # rows of the wrong width are rejected with the file named
