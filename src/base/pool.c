@@ -1,29 +1,105 @@
+/* pool.c - the thread pool of pool.h.
+ * A run publishes its job, then a ticket (generation << 32 | next chunk) that every thread,
+ * the caller included, advances by compare-and-swap to claim a chunk; a claim succeeds only while
+ * the generation is the one the thread read the job for and chunks remain, so a late worker never
+ * runs a stale or half-written job. Idle workers spin on the generation word for SPIN_NS, then
+ * sleep on it (futex); the caller issues a wake only when some worker sleeps. The caller waits for
+ * the chunk count the same way (spin, then futex). */
 #include "base/pool.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* how long an idle thread polls before sleeping: longer than the gap between two products of a
+ * decode step (norms, attention: tens of us), short enough not to burn a shared core for long */
+#define SPIN_NS 200000
+/* chunks per taking-part thread: small enough to balance a descheduled thread's share */
+#define CHUNKS_PER_THREAD 8
 
 struct dr_pool {
     int n_threads;
     pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv, done_cv;
-    uint64_t generation; /* bumps once per dr_pool_run */
-    int pending;         /* workers still busy with this generation */
-    int stop;
-    int64_t n;
-    dr_pool_fn fn;
-    void *ctx;
+    /* the job of the current generation; written by the caller before the ticket, read by
+     * workers between reading the ticket and claiming (relaxed: the ticket orders them) */
+    _Atomic(dr_pool_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t n, chunk;
+    _Atomic uint32_t n_chunks;
+    _Atomic int helpers;           /* worker ids below this take part */
+    _Atomic uint64_t ticket;       /* generation << 32 | next unclaimed chunk */
+    _Atomic uint32_t gen;          /* futex word of idle workers */
+    _Atomic uint32_t done;         /* chunks finished; futex word of the waiting caller */
+    _Atomic int sleepers;          /* workers in (or entering) futex wait on gen */
+    _Atomic int caller_sleeping;
+    _Atomic int stop;
+    uint32_t generation;           /* the caller's copy */
 };
 
 typedef struct { dr_pool *pool; int id; } worker_arg;
 
-static void run_range(dr_pool *p, int id) {
-    int64_t per = p->n / p->n_threads, rem = p->n % p->n_threads;
-    int64_t begin = id * per + (id < rem ? id : rem);
-    int64_t end = begin + per + (id < rem ? 1 : 0);
-    for (int64_t i = begin; i < end; i++) p->fn(p->ctx, i, id);
+static void futex_wait(_Atomic uint32_t *word, uint32_t expect) {
+#ifdef __linux__
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expect, NULL, NULL, 0);
+#else
+    (void)word, (void)expect;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void futex_wake(_Atomic uint32_t *word, int count) {
+#ifdef __linux__
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+#else
+    (void)word, (void)count;
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Claims and runs chunks of generation g until none is left or the generation moved on. */
+static void take_chunks(dr_pool *p, uint32_t g, int id) {
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        if ((uint32_t)(t >> 32) != g) return;
+        uint32_t c = (uint32_t)t;
+        uint32_t nc = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
+        if (c >= nc) return;
+        dr_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        int64_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
+        int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+        /* success means generation g is still running (chunk c was not done), so the fields
+         * read above were g's: the caller rewrites them only after all of g's chunks are done */
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        int64_t i0 = (int64_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        for (int64_t i = i0; i < i1; i++) fn(ctx, i, id);
+        if (atomic_fetch_add(&p->done, 1) + 1 == nc && /* seq_cst: pairs with caller_sleeping */
+            atomic_load(&p->caller_sleeping))
+            futex_wake(&p->done, 1);
+    }
 }
 
 static void *worker_main(void *arg) {
@@ -31,42 +107,79 @@ static void *worker_main(void *arg) {
     dr_pool *p = wa->pool;
     int id = wa->id;
     free(wa);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    uint32_t seen = atomic_load(&p->gen);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->work_cv, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
-        run_range(p, id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done_cv);
+        uint32_t g;
+        int64_t t0 = 0;
+        for (int spins = 0; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen; spins++) {
+            if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
+            CPU_RELAX();
+            if ((spins & 63) != 63) continue;
+            int64_t t = now_ns();
+            if (!t0) t0 = t;
+            if (t - t0 < SPIN_NS) continue;
+            atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the caller's gen store + load */
+            if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) futex_wait(&p->gen, seen);
+            atomic_fetch_sub(&p->sleepers, 1);
+            t0 = 0;
+        }
+        seen = g;
+        if (id < atomic_load_explicit(&p->helpers, memory_order_relaxed)) take_chunks(p, g, id);
     }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+}
+
+/* the number of distinct (package, core) pairs among the CPUs this process may use; 0 if unknown */
+static int physical_cores(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    int n = 0;
+    long *keys = malloc(sizeof(long) * CPU_SETSIZE);
+    if (!keys) return 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        long id[2] = {-1, -1};
+        const char *what[2] = {"physical_package_id", "core_id"};
+        for (int k = 0; k < 2; k++) {
+            char path[128];
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what[k]);
+            FILE *f = fopen(path, "r");
+            if (!f || fscanf(f, "%ld", &id[k]) != 1) id[k] = -1;
+            if (f) fclose(f);
+        }
+        if (id[0] < 0 || id[1] < 0) { free(keys); return 0; } /* no topology: let the caller fall back */
+        long key = id[0] * 65536 + id[1];
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++) dup = keys[j] == key;
+        if (!dup) keys[n++] = key;
+    }
+    free(keys);
+    return n;
+#else
+    return 0;
+#endif
+}
+
+int dr_pool_default_threads(void) {
+    int n = physical_cores();
+    if (n > 0) return n;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
 }
 
 dr_pool *dr_pool_create(int n_threads) {
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = dr_pool_default_threads();
     dr_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->work_cv, NULL);
-    pthread_cond_init(&p->done_cv, NULL);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-        if (!p->threads) { dr_pool_free(p); return NULL; }
+        if (!p->threads) { free(p); return NULL; }
         /* worker 0 is the calling thread; start 1..n-1 */
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
-            if (!wa) { p->n_threads = i; dr_pool_free(p); return NULL; }
-            wa->pool = p;
-            wa->id = i;
-            if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+            if (wa) *wa = (worker_arg){p, i};
+            if (!wa || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
                 free(wa);
                 p->n_threads = i;
                 dr_pool_free(p);
@@ -79,36 +192,53 @@ dr_pool *dr_pool_create(int n_threads) {
 
 void dr_pool_free(dr_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->work_cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen, INT_MAX);
     for (int i = 1; i < p->n_threads && p->threads; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->work_cv);
-    pthread_cond_destroy(&p->done_cv);
     free(p);
 }
 
 int dr_pool_threads(const dr_pool *p) { return p ? p->n_threads : 1; }
 
-void dr_pool_run(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx) {
+void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double work) {
     if (n <= 0) return;
-    if (!p || p->n_threads == 1 || n == 1) {
+    int use = p ? p->n_threads : 1;
+    if (work >= 0 && work < DR_POOL_MIN_WORK * use) use = (int)(work / DR_POOL_MIN_WORK);
+    if (use > n) use = (int)n;
+    if (use <= 1) {
         for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
-    p->n = n;
-    p->fn = fn;
-    p->ctx = ctx;
-    p->pending = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->work_cv);
-    pthread_mutex_unlock(&p->mu);
-    run_range(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    int64_t want = (int64_t)use * CHUNKS_PER_THREAD;
+    int64_t chunk = (n + want - 1) / want;
+    if ((n + chunk - 1) / chunk > UINT32_MAX) chunk = (n + UINT32_MAX - 1) / UINT32_MAX;
+    uint32_t nc = (uint32_t)((n + chunk - 1) / chunk);
+    uint32_t g = ++p->generation;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n, n, memory_order_relaxed);
+    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, nc, memory_order_relaxed);
+    atomic_store_explicit(&p->helpers, use, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->ticket, (uint64_t)g << 32, memory_order_release);
+    atomic_store(&p->gen, g); /* seq_cst: a worker past its check is counted in sleepers */
+    if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen, INT_MAX);
+    take_chunks(p, g, 0);
+    int64_t t0 = 0;
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != nc; spins++) {
+        CPU_RELAX();
+        if ((spins & 63) != 63) continue;
+        int64_t t = now_ns();
+        if (!t0) t0 = t;
+        if (t - t0 < SPIN_NS) continue;
+        atomic_store(&p->caller_sleeping, 1);
+        uint32_t d;
+        while ((d = atomic_load(&p->done)) != nc) futex_wait(&p->done, d);
+        atomic_store(&p->caller_sleeping, 0);
+    }
 }
+
+void dr_pool_run(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx) { dr_pool_run_work(p, n, fn, ctx, -1.0); }

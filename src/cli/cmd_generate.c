@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "                        after its \"prefill\" pair one to one with those of ROWS.json\n"
             "  --cfg-mode M          paired (one batched step, default) or separate\n"
             "  --draw-base F         semantic draws made earlier in the request (default 0)\n"
-            "  --threads N           worker threads (default: all CPUs)\n"
+            "  --threads N           worker threads (default: physical cores)\n"
             "  --backend B           cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
             "  --device N            GPU index for cuda (default 0)\n"
             "  --set name=value      engine switch override (repeatable)\n"

@@ -53,7 +53,7 @@ static void usage(FILE *f) {
             "  --model-alias NAME          another accepted OpenAI model id (repeatable; drama-3, tts-1,\n"
             "                              tts-1-hd, gpt-4o-mini-tts are always accepted)\n"
             "  --drain-timeout S           on SIGTERM/SIGINT, seconds running requests may finish (30)\n"
-            "  --threads N                 model worker threads (0 = all CPUs)\n"
+            "  --threads N                 model worker threads (0 = physical cores)\n"
             "  --backend B                 cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
             "  --device N                  GPU index for cuda (default 0)\n"
             "  --set SWITCH=VALUE          model switch (MODEL.md 10; repeatable)\n"

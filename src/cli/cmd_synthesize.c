@@ -104,7 +104,7 @@ static void usage(FILE *f) {
             "  --frames-per-batch N      exactly N frames per text batch (long text on test models)\n"
             "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
             "  --context N               context rows before old batches leave the history (8192)\n"
-            "  --threads N               worker threads (default: all CPUs)\n"
+            "  --threads N               worker threads (default: physical cores)\n"
             DR_CLI_BACKEND_HELP
             "  --stream                  write audio while generating\n"
             "  --stream-chunk-frames N   frames per streamed chunk (default: small first, then larger)\n"

@@ -38,7 +38,7 @@ typedef struct dr_gen_lm {
 
 /* Open DIR: config.json (+ drama-engine.json, `--set` overrides), tokenizer.json, the checkpoint;
  * bind backbone and tower through one loader (every finding reported at once; unexpected tensors
- * are fatal with loader.strict). threads <= 0: all CPUs. pool may be given (then not owned).
+ * are fatal with loader.strict). threads <= 0: physical cores. pool may be given (then not owned).
  * Runs on the CPU backend. */
 drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
                             dr_gen_lm **out, drama_error *err);

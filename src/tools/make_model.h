@@ -76,7 +76,7 @@ typedef struct dr_mm_options {
     int shards;                 /* >= 1 */
     uint64_t seed;
     int with_codec;             /* default 1 */
-    int threads;                /* worker threads for generation and encoding; 0 = all CPUs */
+    int threads;                /* worker threads for generation and encoding; 0 = physical cores */
     /* Test hooks for `drama inspect`'s broken-checkpoint tests (NULL = off): leave out the named
      * tensor, add one more dimension-0 row to it, or add an extra BF16 [4] tensor of that name. */
     const char *test_omit, *test_misshape, *test_extra;

@@ -34,7 +34,7 @@ typedef struct dr_opt_options {
     const char *calibration;  /* ROWS.json for prune_k */
     uint64_t shard_size;      /* bytes per shard at most (a bigger single expert or tensor gets its
                                  own shard); 0 = 4 GiB */
-    int threads;              /* encoding workers; <= 0 = all CPUs. Output never depends on it. */
+    int threads;              /* encoding workers; <= 0 = physical cores. Output never depends on it. */
     int quiet;                /* no progress lines on stderr */
 } dr_opt_options;
 

@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/alloc.h"
@@ -69,12 +71,53 @@ static void test_pool_covers_every_index(void **state) {
     }
 }
 
+/* each index counted, and the worker that ran it recorded */
+typedef struct { _Atomic int *hits; int *who; int threads; _Atomic int bad_worker; } count_ctx;
+
+static void count_index(void *ctx, int64_t i, int worker) {
+    count_ctx *c = ctx;
+    atomic_fetch_add(&c->hits[i], 1);
+    c->who[i] = worker;
+    if (worker < 0 || worker >= c->threads) atomic_store(&c->bad_worker, 1);
+}
+
+/* Many back-to-back runs of varied sizes (the steady state of a decode step, where workers spin
+ * between runs) and runs after a sleep (workers asleep on the futex): every index exactly once,
+ * worker ids in range, and a run whose work is below the threshold stays on the caller. */
+static void test_pool_exactly_once_and_threshold(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    _Atomic int hits[N];
+    int who[N];
+    for (int threads = 1; threads <= 3; threads++) {
+        dr_pool *p = dr_pool_create(threads);
+        assert_non_null(p);
+        assert_int_equal(dr_pool_threads(p), threads);
+        count_ctx c = {hits, who, threads, 0};
+        for (int rep = 0; rep < 3000; rep++) {
+            int64_t n = 1 + (rep * 37) % N;
+            for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            if (rep % 1000 == 999) usleep(300000); /* past the spin: the workers sleep */
+            dr_pool_run_work(p, n, count_index, &c, rep % 2 ? -1.0 : 1e9);
+            for (int64_t i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), 1);
+        }
+        assert_int_equal(atomic_load(&c.bad_worker), 0);
+        for (int64_t i = 0; i < 100; i++) who[i] = -1;
+        dr_pool_run_work(p, 100, count_index, &c, DR_POOL_MIN_WORK - 1);
+        for (int64_t i = 0; i < 100; i++) assert_int_equal(who[i], 0);
+        dr_pool_free(p);
+    }
+    assert_true(dr_pool_default_threads() >= 1);
+    assert_true(dr_pool_default_threads() <= sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_error_wins_and_prefix),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_alloc_overflow),
         cmocka_unit_test(test_pool_covers_every_index),
+        cmocka_unit_test(test_pool_exactly_once_and_threshold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,9 +86,9 @@ void dr_cpu_op_attention(dr_backend *be, const dr_attn_args *a) {
         memcpy(dr_seq_v(s, a->layer) + p * s->kv_dim, a->v + i * a->kv_stride, (size_t)kvd * sizeof(float));
     }
     attn_ctx c = {a, scratch, max_pos};
-    /* the tower's small attention (short context, tiny heads) costs less than waking the workers;
-     * the result is the same either way (one (row, head) per index) */
-    dr_pool_run(a->f64 && work < 65536.0 ? NULL : pool, n * a->nh, attend_task, &c);
+    /* small attention (the tower's short context) stays on this thread; the result is the same
+     * either way (one (row, head) per index) */
+    dr_pool_run_work(pool, n * a->nh, attend_task, &c, 2 * work);
     dr_free(scratch);
     free(cs);
 }
@@ -150,7 +150,7 @@ void dr_cpu_op_deltanet(dr_backend *be, const dr_gdn_args *a) {
         return;
     }
     gdn_ctx c = {a, C, mem};
-    dr_pool_run(pool, (C + CONV_BLOCK - 1) / CONV_BLOCK, conv_task, &c);
+    dr_pool_run_work(pool, (C + CONV_BLOCK - 1) / CONV_BLOCK, conv_task, &c, (double)n * (double)C * (a->K + 2));
     /* q, k l2-normalised per key head (q also scaled by 1/sqrt(dk)); gates per value head */
     float qscale = 1.0f / sqrtf((float)a->dk);
     for (int64_t i = 0; i < n; i++) {
@@ -161,6 +161,6 @@ void dr_cpu_op_deltanet(dr_backend *be, const dr_gdn_args *a) {
         }
         dr_op_gdn_gates(a->a + i * nv, a->b + i * nv, a->neg_A, a->dt_bias, nv); /* g (log decay <= 0), beta */
     }
-    dr_pool_run(pool, nv, head_task, &c);
+    dr_pool_run_work(pool, nv, head_task, &c, 4.0 * (double)n * (double)nv * (double)a->dk * (double)a->dv);
     dr_free(mem);
 }

@@ -149,13 +149,15 @@ void dr_cpu_op_moe(dr_backend *be, const dr_moe_args *a) {
     int64_t shared_first = next;
     ng++;
     t1[0] = t2[0] = 0;
+    double work = 0; /* multiply-adds of one pass (gate + up is twice the down's) */
     for (int i = 0; i < ng; i++) {
+        work += (double)g[i].width * (double)H * (double)g[i].cnt;
         t1[i + 1] = t1[i] + (g[i].width + BLOCK - 1) / BLOCK;
         t2[i + 1] = t2[i] + (H + BLOCK - 1) / BLOCK;
     }
     moe_ctx c = {g, ng, H, xs, act, ys, t1, t2, scratch, scratch_ld};
-    dr_pool_run(pool, t1[ng], gate_up_task, &c);
-    dr_pool_run(pool, t2[ng], down_task, &c);
+    dr_pool_run_work(pool, t1[ng], gate_up_task, &c, 2 * work);
+    dr_pool_run_work(pool, t2[ng], down_task, &c, work);
 
     /* Each row: routed experts in rank order, then the gated shared expert. */
     dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, pool);

@@ -161,7 +161,8 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     /* the last row of scratch (4 bytes per element of the +4 above) holds the reordered x */
     float *xo = j.scratch + (size_t)threads * (size_t)j.rows_per_task * (size_t)j.ld_scratch;
     j.x_fused = n == 1 && j.path == DR_CPU_AVX2 && dr_cpu_avx2_order_x(w, x, xo) ? xo : x;
-    dr_pool_run(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
+    dr_pool_run_work(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j,
+                     (double)j.nrows * (double)w->cols * (double)n);
     dr_free(j.scratch);
 }
 
