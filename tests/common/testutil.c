@@ -28,27 +28,86 @@ const char *tu_golden(const char *rel) {
     return out;
 }
 
-tu_cmp tu_compare_f32(const float *a, const float *b, int64_t n) {
-    tu_cmp c = {0};
+/* The same NaN/Inf on both sides (NaN payloads and signs aside). */
+static int same_nonfinite(double x, double y) { return isnan(x) ? isnan(y) : !isnan(y) && x == y; }
+
+static tu_cmp compare(const float *af, const double *ad, const float *bf, const double *bd, int64_t n,
+                      const tu_cmp_opts *o) {
+    tu_cmp c = {.n = n, .worst = -1, .worst_tol = -1, .first_nonfinite = -1};
     double se = 0;
     for (int64_t i = 0; i < n; i++) {
-        double x = a[i], y = b[i];
-        if (!isfinite(x)) { c.nonfinite++; continue; }
+        double x = af ? af[i] : ad[i], y = bf ? bf[i] : bd[i];
+        if (!isfinite(x) || !isfinite(y)) {
+            if (o && o->nonfinite_same && !isfinite(y) && same_nonfinite(y, x)) {
+                c.nonfinite_same++;
+                continue;
+            }
+            if (c.nonfinite++ == 0) c.first_nonfinite = i, c.nonfinite_a = x, c.nonfinite_ref = y;
+            continue;
+        }
         double d = fabs(x - y);
-        if (d > c.max_abs) { c.max_abs = d; c.worst = i; }
+        if (c.worst < 0 || d > c.max_abs) c.max_abs = d, c.worst = i, c.worst_a = x, c.worst_ref = y;
         if (fabs(y) > c.max_ref) c.max_ref = fabs(y);
+        double er = y != 0 ? d / fabs(y) : d != 0 ? INFINITY : 0;
+        if (er > c.max_elem_rel) c.max_elem_rel = er;
+        if (o && o->tol) {
+            double t = o->tol[i]; /* a NaN or negative tolerance never passes */
+            double r = !(t >= 0) ? INFINITY : d == 0 ? 0 : t > 0 ? d / t : INFINITY;
+            if (c.worst_tol < 0 || r > c.max_tol_ratio) c.max_tol_ratio = r, c.worst_tol = i;
+        }
         se += d * d;
     }
-    c.max_rel = c.max_ref > 0 ? c.max_abs / c.max_ref : 0;
-    c.rmse = n ? sqrt(se / (double)n) : 0;
+    c.max_rel = c.max_ref > 0 ? c.max_abs / c.max_ref : c.max_abs > 0 ? INFINITY : 0;
+    c.rmse = n > 0 ? sqrt(se / (double)n) : 0;
     return c;
 }
 
-int tu_report(const char *label, tu_cmp c, double bound_abs) {
-    int ok = c.nonfinite == 0 && c.max_abs <= bound_abs;
-    printf("%-40s max_abs=%.3e max_rel=%.3e rmse=%.3e nonfinite=%lld bound=%.1e %s\n", label, c.max_abs,
-           c.max_rel, c.rmse, (long long)c.nonfinite, bound_abs, ok ? "ok" : "FAIL");
+tu_cmp tu_compare_f32(const float *a, const float *ref, int64_t n) { return compare(a, NULL, ref, NULL, n, NULL); }
+tu_cmp tu_compare_f64(const double *a, const double *ref, int64_t n) { return compare(NULL, a, NULL, ref, n, NULL); }
+tu_cmp tu_compare_f32_f64(const float *a, const double *ref, int64_t n) {
+    return compare(a, NULL, NULL, ref, n, NULL);
+}
+tu_cmp tu_compare_f32_opts(const float *a, const float *ref, int64_t n, const tu_cmp_opts *o) {
+    return compare(a, NULL, ref, NULL, n, o);
+}
+
+static int report(const char *label, tu_cmp c, const char *what, double value, double bound, int within) {
+    int ok = c.nonfinite == 0 && c.n >= 0 && within;
+    printf("%-40s max_abs=%.3e max_rel=%.3e rmse=%.3e", label, c.max_abs, c.max_rel, c.rmse);
+    if (c.worst >= 0) printf(" worst[%lld]=%.9g vs %.9g", (long long)c.worst, c.worst_a, c.worst_ref);
+    printf(" nonfinite=%lld", (long long)c.nonfinite);
+    if (c.nonfinite) printf(" (first [%lld]=%g vs %g)", (long long)c.first_nonfinite, c.nonfinite_a, c.nonfinite_ref);
+    if (c.nonfinite_same) printf(" expected_nonfinite=%lld", (long long)c.nonfinite_same);
+    printf(" %s=%.3e bound=%.3e %s\n", what, value, bound, ok ? "ok" : "FAIL");
     return ok;
+}
+
+int tu_report(const char *label, tu_cmp c, double bound_abs) {
+    return report(label, c, "max_abs", c.max_abs, bound_abs, c.max_abs <= bound_abs);
+}
+int tu_report_rel(const char *label, tu_cmp c, double bound_rel) {
+    return report(label, c, "max_rel", c.max_rel, bound_rel, c.max_rel <= bound_rel);
+}
+int tu_report_elem_rel(const char *label, tu_cmp c, double bound_rel) {
+    return report(label, c, "max_elem_rel", c.max_elem_rel, bound_rel, c.max_elem_rel <= bound_rel);
+}
+int tu_report_tol(const char *label, tu_cmp c) {
+    return report(label, c, "max_err/tol", c.max_tol_ratio, 1.0, c.max_tol_ratio <= 1.0);
+}
+int tu_report_differs(const char *label, tu_cmp c, double min_abs) {
+    return report(label, c, "must_differ_by", c.max_abs, min_abs, c.max_abs > min_abs);
+}
+
+double tu_affine_bound(const float *w, int64_t n, int bits, double eps) {
+    double mn = INFINITY, mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(w[i])) return NAN; /* a NaN tolerance never passes */
+        mn = fmin(mn, w[i]), mx = fmax(mx, w[i]);
+    }
+    double qmax = (double)((1 << bits) - 1), edge = fmax(fabs(mn), fabs(mx));
+    /* |edge| >= range / 2, so the edge code is >= (qmax + 1) / 2: the scale grows by <= 1 / (qmax + 1) */
+    double step = fmax((mx - mn) / qmax, 1e-7) * (1 + 1 / (qmax + 1));
+    return 1.5 * step + eps * (edge + qmax * step);
 }
 
 /* ---- golden tensors, temporary folders ---- */

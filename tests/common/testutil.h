@@ -9,19 +9,53 @@
 /* $DRAMA_GOLDEN (set by ctest) joined with rel, in a static buffer per call slot (4 slots). */
 const char *tu_golden(const char *rel);
 
-/* Comparison of n values against a reference, in float64. */
+/* The one way tests compare float arrays: n values against a reference, in float64. A NaN or Inf
+ * on either side is a failure (counted in nonfinite) unless the caller states, with
+ * tu_cmp_opts.nonfinite_same, that where the reference is non-finite the value must be the same
+ * non-finite value (NaN for NaN, an Inf of the same sign). Every verdict below is 0 when
+ * nonfinite > 0 or n < 0; callers assert the verdict. */
 typedef struct tu_cmp {
-    double max_abs;   /* max |a - b| */
-    double max_ref;   /* max |b| */
-    double max_rel;   /* max_abs / max_ref (0 if max_ref == 0) */
+    int64_t n;
+    double max_abs;       /* max |a - ref| over finite pairs */
+    double max_ref;       /* max |ref| over finite pairs */
+    double max_rel;       /* max_abs / max_ref (0 if max_ref == 0): error relative to the reference's scale */
+    double max_elem_rel;  /* max |a - ref| / |ref| (Inf where ref == 0 != a) */
     double rmse;
-    int64_t worst;    /* index of max_abs */
-    int64_t nonfinite;/* count of non-finite values in a (always a failure) */
+    int64_t worst;        /* index of max_abs (-1: none) */
+    double worst_a, worst_ref;
+    double max_tol_ratio; /* max |a - ref| / tol[i] with per-element tolerances (0 without) */
+    int64_t worst_tol;    /* index of max_tol_ratio (-1: none) */
+    int64_t nonfinite;    /* pairs with a non-finite value not stated as expected: always a failure */
+    int64_t first_nonfinite; /* the first of them (-1: none) */
+    double nonfinite_a, nonfinite_ref;
+    int64_t nonfinite_same; /* non-finite pairs the caller stated (nonfinite_same), equal on both sides */
 } tu_cmp;
 
-tu_cmp tu_compare_f32(const float *a, const float *b, int64_t n);
-/* Prints "label: max_abs=... max_rel=... rmse=..." and returns 1 when within bound and finite. */
+typedef struct tu_cmp_opts {
+    const double *tol;  /* per-element bound on |a - ref| (NULL: none), for tu_report_tol */
+    int nonfinite_same; /* where ref is NaN/Inf, a must be the same NaN/Inf (else a failure) */
+} tu_cmp_opts;
+
+tu_cmp tu_compare_f32(const float *a, const float *ref, int64_t n);
+tu_cmp tu_compare_f64(const double *a, const double *ref, int64_t n);
+tu_cmp tu_compare_f32_f64(const float *a, const double *ref, int64_t n); /* float results, float64 reference */
+tu_cmp tu_compare_f32_opts(const float *a, const float *ref, int64_t n, const tu_cmp_opts *o);
+/* Each prints one line "label: max_abs=... max_rel=... worst [i] a vs ref ... nonfinite=... ok|FAIL"
+ * and returns the verdict: finite and max_abs <= bound (tu_report), max_rel <= bound (tu_report_rel),
+ * max_elem_rel <= bound (tu_report_elem_rel), max_tol_ratio <= 1 (tu_report_tol), or max_abs > bound
+ * (tu_report_differs: the arrays must differ visibly). */
 int tu_report(const char *label, tu_cmp c, double bound_abs);
+int tu_report_rel(const char *label, tu_cmp c, double bound_rel);
+int tu_report_elem_rel(const char *label, tu_cmp c, double bound_rel);
+int tu_report_tol(const char *label, tu_cmp c);
+int tu_report_differs(const char *label, tu_cmp c, double min_abs);
+
+/* Bound on |dequantised - source| for one group of MLX affine quantisation (FORMATS.md 4.4) of the
+ * source values w[0..n) to `bits` bits with scales/biases stored at relative precision eps (2^-8
+ * BF16, 2^-11 F16, 2^-24 F32), computed from the source alone: 1.5 steps of the ideal step
+ * (max - min) / (2^bits - 1) (widened by the edge rounding of the scale, at least the format's
+ * minimum step 1e-7), plus eps * (|edge| + (2^bits - 1) * step) for the stored scale and bias. */
+double tu_affine_bound(const float *w, int64_t n, int bits, double eps);
 
 /* Read tensor `name` of safetensors file `path` as float32 (any dtype, via dr_st_to_f32) or int32
  * (integer dtypes only, values must fit). malloc'd, free with free(); *n = element count (n may be

@@ -237,12 +237,19 @@ static void check_combo2(table *tb, const ref_sw *sw, const ref_sw *ref, const c
     dr_tower_cache *c;
     assert_int_equal(dr_tower_cache_create(&t, 2, &c, &e), DRAMA_OK);
     if (dr_tower_forward(&t, c, T, hf, codes, mask, ml, mg, NULL, &e)) fail_msg("%s", e.message);
-    double ma = 0, mb = 0;
-    for (int i = 0; i < NL * T * D; i++) ma = fmax(ma, fabs(ml[i] - rl[i]));
-    for (int i = 0; i < T * (NC - 1) * HV; i++) mb = fmax(mb, fabs(mg[i] - rg[i]));
-    printf("%-48s layer_out max abs %.3e, logits max abs %.3e\n", label, ma, mb);
-    if (sw == ref) assert_true(ma < 1e-4 && mb < 1e-4);
-    else assert_true(ma > 1e-2 && mb > 1e-2); /* a different reading must be visible */
+    tu_cmp ca = tu_compare_f32_f64(ml, rl, NL * T * D), cb = tu_compare_f32_f64(mg, rg, T * (NC - 1) * HV);
+    char la[96], lb[96];
+    snprintf(la, sizeof la, "%s: layer_out", label);
+    snprintf(lb, sizeof lb, "%s: logits", label);
+    if (sw == ref) {
+        int ok = tu_report(la, ca, 1e-4);
+        ok &= tu_report(lb, cb, 1e-4);
+        assert_true(ok);
+    } else { /* a different reading must be visible */
+        int ok = tu_report_differs(la, ca, 1e-2);
+        ok &= tu_report_differs(lb, cb, 1e-2);
+        assert_true(ok);
+    }
     dr_tower_cache_free(c);
     dr_tower_release(&t);
 }
