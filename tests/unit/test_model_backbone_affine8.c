@@ -4,7 +4,9 @@
  * BF16 .scales/.biases) in checkpoint A, and the exact dequantisation of those codes becomes F32 in
  * checkpoint B (a lone model.safetensors each, no index). The kernels dequantise to fp32 before the
  * canonical dot product, so A and B must give bit-identical logits; A must also differ from the
- * BF16 source (the experts really changed). Skipped (passes with a note) without $DRAMA_BIN. */
+ * BF16 source (the experts really changed), and A's dequantised experts must lie within the 8-bit
+ * quantisation bound (tu_affine_bound) of the BF16 source values, which catches an encoder fault
+ * that A and B would share. Skipped (passes with a note) without $DRAMA_BIN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,7 +70,33 @@ static void add(out_t *list, int *n, const char *name, dr_dtype dt, int ndim, co
     o->n = nbytes;
 }
 
-/* src (any layout) -> dir_q (8-bit affine experts) and dir_f (their exact F32 dequantisation). */
+/* Every converted matrix, dequantised, and its BF16 source with the bound of each value's group. */
+typedef struct deq_check {
+    float *deq, *src;
+    double *tol;
+    int64_t n, cap;
+} deq_check;
+
+static void check_add(deq_check *k, const float *deq, const float *src, int64_t rows, int64_t cols) {
+    int64_t m = rows * cols;
+    if (k->n + m > k->cap) {
+        k->cap = 2 * (k->n + m);
+        k->deq = realloc(k->deq, (size_t)k->cap * sizeof *k->deq);
+        k->src = realloc(k->src, (size_t)k->cap * sizeof *k->src);
+        k->tol = realloc(k->tol, (size_t)k->cap * sizeof *k->tol);
+        assert_true(k->deq && k->src && k->tol);
+    }
+    memcpy(k->deq + k->n, deq, (size_t)m * sizeof *deq);
+    memcpy(k->src + k->n, src, (size_t)m * sizeof *src);
+    for (int64_t g = 0; g < m; g += GROUP) { /* groups run along rows (cols % GROUP == 0) */
+        double b = tu_affine_bound(src + g, GROUP, BITS, 0x1p-8); /* BF16 scales and biases */
+        for (int j = 0; j < GROUP; j++) k->tol[k->n + g + j] = b;
+    }
+    k->n += m;
+}
+
+/* src (any layout) -> dir_q (8-bit affine experts) and dir_f (their exact F32 dequantisation);
+ * the dequantised experts must lie within the 8-bit bound of their BF16 source values. */
 static void convert(const char *src, const char *dir_q, const char *dir_f) {
     drama_error e = {0};
     dr_ckpt *ck = NULL;
@@ -76,6 +104,7 @@ static void convert(const char *src, const char *dir_q, const char *dir_f) {
     int64_t nt = dr_ckpt_count(ck);
     out_t *q = calloc((size_t)(3 * nt), sizeof *q), *f = calloc((size_t)nt, sizeof *f);
     int nq = 0, nf = 0, converted = 0;
+    deq_check chk = {0};
     for (int64_t i = 0; i < nt; i++) {
         const dr_tensor *t = dr_ckpt_at(ck, i);
         if (!is_routed_expert(t) || t->shape[1] % GROUP) {
@@ -103,6 +132,7 @@ static void convert(const char *src, const char *dir_q, const char *dir_f) {
         assert_int_equal(w.group, GROUP);
         float *deq = malloc((size_t)(rows * cols) * sizeof *deq);
         for (int64_t r = 0; r < rows; r++) dr_weight_dequant_row(&w, r, deq + r * cols);
+        check_add(&chk, deq, src32, rows, cols);
         char base[512], name[540];
         snprintf(base, sizeof base, "%.*s", (int)(strlen(t->name) - 7), t->name); /* drop ".weight" */
         add(q, &nq, t->name, DR_DT_U32, 2, tw.shape, words, wbytes);
@@ -125,6 +155,9 @@ static void convert(const char *src, const char *dir_q, const char *dir_f) {
     free(q), free(f);
     dr_ckpt_close(ck);
     printf("converted %d expert matrices to %d-bit affine, group %d\n", converted, BITS, GROUP);
+    tu_cmp_opts o = {.tol = chk.tol};
+    assert_true(tu_report_tol("affine8 dequantised vs BF16 source", tu_compare_f32_opts(chk.deq, chk.src, chk.n, &o)));
+    free(chk.deq), free(chk.src), free(chk.tol);
 }
 
 static void test_affine8_model(void **s) {
@@ -178,15 +211,10 @@ static void test_affine8_model(void **s) {
     float *o = tu_forward_logits(bin(), dir, src, rows, "bf16", &ns);
     assert_int_equal(na, nb);
     assert_int_equal(na, ns);
-    double d_ab = 0, d_src = 0;
-    for (int64_t i = 0; i < na; i++) {
-        d_ab = fmax(d_ab, fabs((double)a[i] - b[i]));
-        d_src = fmax(d_src, fabs((double)a[i] - o[i]));
-    }
-    printf("affine8 vs its exact F32 dequantisation: max abs %.3g (must be 0); vs the BF16 source: %.3g\n", d_ab,
-           d_src);
+    int ok = tu_report("logits: affine8 vs its exact F32 twin", tu_compare_f32(a, b, na), 0.0);
+    ok &= tu_report_differs("logits: affine8 vs the BF16 source", tu_compare_f32(a, o, na), 0.0);
+    assert_true(ok);
     assert_memory_equal(a, b, (size_t)na * sizeof *a);
-    assert_true(d_src > 0);
     free(a), free(b), free(o);
     tu_rm_rf(dir);
 }
