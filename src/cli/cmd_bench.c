@@ -14,6 +14,7 @@ typedef struct bench_cmd {
 
 static const bench_cmd k_benches[] = {
     {"bandwidth", dr_bench_bandwidth_main, "memory read bandwidth (the roofline every bench divides by)"},
+    {"decode", dr_bench_decode_main, "backbone decode step at full width (synthetic model) vs the bandwidth floor"},
 };
 
 static void usage(FILE *f) {
