@@ -23,7 +23,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: drama serve --model DIR [options]\n\n"
             "HTTP server: fish-speech /v1/tts, OpenAI /v1/audio/speech, /v1/voices, /v1/models, /health,\n"
-            "/metrics (docs/serve.md, API.md). Prints \"listening on http://HOST:PORT\" when bound.\n\n"
+            "/metrics, a playground page at / (docs/serve.md, API.md). Prints \"listening on http://HOST:PORT\"\n"
+            "when bound.\n\n"
             "  --model DIR                 model directory (required)\n"
             "  --host ADDR                 listen address (127.0.0.1); a non-loopback address needs a key\n"
             "  --port N                    port (8080); 0 = any free port (the line above names it)\n"
@@ -57,6 +58,7 @@ static void usage(FILE *f) {
             "  --backend B                 cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
             "  --device N                  GPU index for cuda (default 0)\n"
             "  --set SWITCH=VALUE          model switch (MODEL.md 10; repeatable)\n"
+            "  --no-ui                     no playground page at GET / (docs/serve.md \"Playground\")\n"
             "  -q, --quiet                 no access log\n");
 }
 
@@ -123,6 +125,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (!strcmp(f, "--allow-no-auth")) { o->allow_no_auth = 1; continue; }
         if (!strcmp(f, "--metrics-public")) { o->metrics_public = 1; continue; }
         if (!strcmp(f, "-q") || !strcmp(f, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(f, "--no-ui")) { o->no_ui = 1; continue; }
         if (strncmp(f, "--", 2)) {
             fprintf(stderr, "drama serve: unexpected argument '%s' (see --help)\n", f);
             return DR_EXIT_USAGE;

@@ -67,7 +67,14 @@ enum MHD_Result dr_handle_health(dr_server *s, dr_conn *c) {
 
 enum MHD_Result dr_handle_models(dr_server *s, dr_conn *c) {
     json_t *data = json_array();
-    json_array_append_new(data, json_pack("{s:s, s:s, s:s}", "id", "drama-3", "object", "model", "owned_by", "drama.c"));
+    /* "drama": server limits a client (the playground) adapts to (docs/serve.md, Decisions) */
+    json_t *ext = json_pack("{s:b, s:f, s:f, s:i, s:i, s:i, s:i}", "cfg_allow_request_gamma",
+                            s->opt.cfg_allow_request_gamma, "cfg_max_gamma", s->opt.cfg_max_gamma, "cfg_gamma",
+                            s->opt.cfg_gamma, "max_frames", s->opt.max_frames, "max_text_length",
+                            s->opt.max_text_length, "sample_rate", s->sample_rate, "samples_per_frame",
+                            s->samples_per_frame);
+    json_array_append_new(data, json_pack("{s:s, s:s, s:s, s:o}", "id", "drama-3", "object", "model", "owned_by",
+                                          "drama.c", "drama", ext));
     return dr_respond_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 

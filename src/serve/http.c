@@ -27,6 +27,8 @@ static const dr_route k_routes[] = {
     {"/health", 0, "/health", DR_AUTH_NONE, dr_handle_health, NULL, NULL, 0},
     {"/v1/health", 0, "/v1/health", DR_AUTH_NONE, dr_handle_health, dr_handle_health, NULL, 0},
     {"/metrics", 0, "/metrics", DR_AUTH_METRICS, dr_handle_metrics, NULL, NULL, 0},
+    {"/", 0, "/", DR_AUTH_NONE, dr_handle_ui, NULL, NULL, 0},            /* the playground (ui.c) */
+    {"/ui/", 1, "/ui/{file}", DR_AUTH_NONE, dr_handle_ui, NULL, NULL, 0},
 };
 
 double dr_now_s(void) {
@@ -63,6 +65,8 @@ static enum MHD_Result queue(dr_conn *c, int status, struct MHD_Response *r) {
     MHD_destroy_response(r);
     return rc;
 }
+
+enum MHD_Result dr_respond(dr_conn *c, int status, struct MHD_Response *r) { return queue(c, status, r); }
 
 enum MHD_Result dr_respond_bytes(dr_conn *c, int status, const char *content_type, const void *data, size_t n) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_MUST_COPY);
@@ -241,6 +245,7 @@ static enum MHD_Result begin(dr_server *s, dr_conn *c, const char *url, const ch
     char allow[64];
     c->route = find_route(url);
     c->method = method_bit(method);
+    if (c->route && c->route->get == dr_handle_ui && s->opt.no_ui) c->route = NULL; /* --no-ui */
     if (!c->route) {
         dr_api_fail(&e, 404, "not_found", NULL, "no endpoint at %.200s", url);
         return respond_error_ex(c, &e, NULL, 1);

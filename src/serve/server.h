@@ -51,6 +51,7 @@ typedef struct dr_serve_options {
     int device;                  /* --device: GPU index */
     const char *const *set;      /* --set switch=value (NULL-terminated) or NULL */
     int quiet;                   /* no access log */
+    int no_ui;                   /* --no-ui: no playground at GET / */
 } dr_serve_options;
 
 void dr_serve_options_default(dr_serve_options *o);

@@ -101,6 +101,8 @@ double dr_now_s(void);
 enum MHD_Result dr_respond_bytes(dr_conn *c, int status, const char *content_type, const void *data, size_t n);
 enum MHD_Result dr_respond_json(dr_conn *c, int status, json_t *body); /* steals body */
 enum MHD_Result dr_respond_error(dr_conn *c, const dr_api_error *e);
+/* Queues r (common headers added, c->status set) and releases it. */
+enum MHD_Result dr_respond(dr_conn *c, int status, struct MHD_Response *r);
 /* Adds the headers every response carries (X-Request-Id, CORS). */
 void dr_response_common_headers(dr_conn *c, struct MHD_Response *r);
 /* The parsed body of a POST (JSON, msgpack, multipart), or NULL with e set. */
@@ -122,6 +124,10 @@ int dr_check_text(dr_server *s, const char *text, size_t len, const char *param,
 /* Reference audio bytes -> codes through the content-hash cache (dr_voice_encode_fn). */
 int dr_encode_reference(void *server, const uint8_t *audio, size_t n, const char *param, int32_t **codes,
                         int64_t *n_frames, double *duration_s, dr_api_error *e);
+
+/* ---- ui.c ---- */
+/* GET / and GET /ui/<file>: the embedded playground (serve/ui.h). */
+enum MHD_Result dr_handle_ui(dr_server *s, dr_conn *c);
 
 /* ---- synth.c ---- */
 enum MHD_Result dr_handle_tts(dr_server *s, dr_conn *c);

@@ -14,7 +14,7 @@ for flag in --model --host --port --parallel --queue --queue-timeout --max-body-
     --max-frames --max-reference-seconds --voices-dir --prompt-cache-mib --memory-budget-mib --cfg-gamma \
     --cfg-allow-request-gamma --cfg-max-gamma --stream-first-frames --stream-chunk-frames --api-key \
     --api-key-file --allow-no-auth --metrics-public --cors-origin --voice-alias --model-alias \
-    --drain-timeout --threads --set; do
+    --drain-timeout --threads --set --no-ui; do
     grep -q -- "$flag" "$O" || fail "serve --help does not document $flag"
 done
 ok "--version names the backends; serve --help documents every flag"
@@ -30,7 +30,8 @@ s=$(req GET /health "$O"); [ "$s" = 200 ] && [ "$(jq -r .status "$O")" = ok ] ||
 s=$(req GET /v1/health "$O"); [ "$s" = 200 ] || fail "GET /v1/health: $s"
 s=$(req POST /v1/health "$O" -d ''); [ "$s" = 200 ] || fail "POST /v1/health: $s"
 s=$(req GET /v1/models "$O"); [ "$s" = 200 ] || fail "models: $s"
-[ "$(jq -c . "$O")" = '{"object":"list","data":[{"id":"drama-3","object":"model","owned_by":"drama.c"}]}' ] || fail "models body: $(cat "$O")"
+# API.md's body; the "drama" extension object is checked in serve_ui.sh (docs/serve.md, Decisions)
+[ "$(jq -c 'del(.data[0].drama)' "$O")" = '{"object":"list","data":[{"id":"drama-3","object":"model","owned_by":"drama.c"}]}' ] || fail "models body: $(cat "$O")"
 ok "health, models"
 s=$(req GET /health "$O" -H 'X-Request-Id: my-id.42'); [ "$(header "$O" X-Request-Id)" = my-id.42 ] || fail "client request id not echoed"
 s=$(req GET /health "$O" -H 'X-Request-Id: bad id!'); id=$(header "$O" X-Request-Id)

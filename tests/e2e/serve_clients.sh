@@ -6,15 +6,7 @@
 set -eu
 . "$(dirname "$0")/serve_lib.bash"
 command -v npm >/dev/null || { echo "skip: npm missing (scripts/install-deps.sh installs it)"; exit 77; }
-CLIENTS="$(dirname "$DRAMA_BIN")/clients"
-mkdir -p "$CLIENTS"
-cp "$DRAMA_SRC/tests/clients/package.json" "$DRAMA_SRC/tests/clients/package-lock.json" "$DRAMA_SRC/tests/clients/.npmrc" \
-    "$DRAMA_SRC/tests/clients/"*.mjs "$CLIENTS/"
-if ! cmp -s "$CLIENTS/package-lock.json" "$CLIENTS/node_modules/.drama-installed-lock" 2>/dev/null; then
-    (cd "$CLIENTS" && npm ci --cache "$CLIENTS/npm-cache" --prefer-offline --no-audit --no-fund --loglevel=error) \
-        >"$WORK/npm.log" 2>&1 || fail "npm ci: $(tail -5 "$WORK/npm.log")"
-    cp "$CLIENTS/package-lock.json" "$CLIENTS/node_modules/.drama-installed-lock"
-fi
+install_clients
 KEY=client-test-key
 start_server --api-key "$KEY" -q
 node "$CLIENTS/openai_speech.mjs" "$BASE" "$KEY" "$WORK" >"$WORK/openai.log" 2>&1 || fail "openai client: $(tail -5 "$WORK/openai.log")"

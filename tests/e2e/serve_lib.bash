@@ -130,6 +130,20 @@ healthy() {
     [ "$(stat -c %s "$WORK/healthy.pcm")" = $((2 * 2 * SPF)) ] || fail "healthy.pcm size after: $1"
 }
 
+# install_clients: the Node packages of tests/clients/package-lock.json (npm ci, cache in the build
+# tree, skipped when that lockfile is already installed) and the scripts, into $CLIENTS.
+CLIENTS="$(dirname "$DRAMA_BIN")/clients"
+install_clients() {
+    mkdir -p "$CLIENTS"
+    cp "$DRAMA_SRC/tests/clients/package.json" "$DRAMA_SRC/tests/clients/package-lock.json" \
+        "$DRAMA_SRC/tests/clients/.npmrc" "$DRAMA_SRC/tests/clients/"*.mjs "$CLIENTS/"
+    if ! cmp -s "$CLIENTS/package-lock.json" "$CLIENTS/node_modules/.drama-installed-lock" 2>/dev/null; then
+        (cd "$CLIENTS" && npm ci --cache "$CLIENTS/npm-cache" --prefer-offline --no-audit --no-fund --loglevel=error) \
+            >"$WORK/npm.log" 2>&1 || fail "npm ci: $(tail -5 "$WORK/npm.log")"
+        cp "$CLIENTS/package-lock.json" "$CLIENTS/node_modules/.drama-installed-lock"
+    fi
+}
+
 size() { stat -c %s "$1"; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
