@@ -189,6 +189,26 @@ async function mainTest(outDir, clip, frames) {
   if (c.left.length) fail('console errors with mp3: ' + c.left.join(' | '));
   ok('mp3 generated, playable, decoded: frames ' + f3);
 
+  // Stop while streaming: the page stops, the server counts a client that went away
+  const gone = async () => (await (await fetch(base + '/metrics')).text())
+    .split('\n').filter((l) => l.startsWith('drama_cancelled_total{reason="client_gone"}')).map((l) => Number(l.split(' ')[1]))[0];
+  const gone0 = await gone();
+  await page.select('#format', 'wav');
+  await page.$eval('#frames', (e) => { e.value = String(Number(e.max) - 1); });
+  await page.click('#generate');
+  await page.waitForFunction(() => Number(document.querySelector('#fig-bytes').dataset.bytes) > 44, { timeout: T });
+  await page.click('#stop');
+  await page.waitForFunction(() => document.body.dataset.state === 'stopped', { timeout: T });
+  const stopped = Date.now();
+  while ((await gone()) !== gone0 + 1) {
+    if (Date.now() - stopped > T) fail('the server did not count the stopped request as client_gone');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (!(await hidden(page, '#error'))) fail('Stop shows an error: ' + (await text(page, '#error')));
+  c = w.take([]);
+  if (c.left.length) fail('console errors on Stop: ' + c.left.join(' | '));
+  ok('Stop during a stream: the page stops, the server cancels it (client_gone ' + gone0 + ' -> ' + (gone0 + 1) + ')');
+
   // empty text: the server's own envelope, shown in words with its field
   const env = (await apiJson('/v1/tts', { method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ text: '   ' }) })).body.error;
@@ -250,13 +270,25 @@ async function keyTest(key) {
   if (st2 !== 'error' || !gshown.includes('guidance_not_allowed')) fail('gamma without a reference: ' + st2 + ' "' + gshown + '"');
   c = w.take([/status of 400/]);
   if (c.left.length || c.got !== 1) fail('console with the key: ' + c.left.join(' | '));
+  // a generation that fails at the server's frame cap (no "frames", the tiny model never ends):
+  // a 422 before any audio, or a stream cut after it started (API.md 3.3); either is said in words
+  await page.$eval('#cfg-gamma', (e) => { e.value = ''; });
+  await page.$eval('#frames', (e) => { e.value = ''; });
+  await page.select('#format', 'wav');
+  const st3 = await generate(page);
+  const cshown = await text(page, '#error');
+  if (st3 !== 'error' || !(cshown.includes('frame_limit') || cshown.includes('the audio stream ended early')))
+    fail('a generation past the frame cap: ' + st3 + ' "' + cshown + '"');
+  if (!(await hidden(page, '#download'))) fail('a failed generation left a download link');
+  c = w.take([/status of 422/, /ERR_INCOMPLETE_CHUNKED_ENCODING/]);
+  if (c.left.length || c.got > 1) fail('console on the frame cap: ' + c.left.join(' | '));
   // a reload in the same tab keeps the key (sessionStorage): no prompt, no 401
   await page.reload({ waitUntil: 'load' });
   await page.waitForFunction(() => document.body.dataset.ready === '1', { timeout: T });
   c = w.take([]);
   if (c.left.length) fail('console after reload: ' + c.left.join(' | '));
   ok('API key: prompt on 401, wrong key refused in words, right key sent (Bearer), kept in sessionStorage only; ' +
-     'guidance control shown; gamma without a reference: "' + gshown + '"');
+     'guidance control shown; gamma without a reference: "' + gshown + '"; frame cap: "' + cshown + '"');
   await page.close();
 }
 

@@ -22,7 +22,7 @@ timeout 150 node "$CLIENTS/playground.mjs" main "$BASE" "$OUTDIR" "$WORK/clip.wa
 stop_server
 
 KEY=ui-browser-key
-start_server --api-key "$KEY" --cfg-allow-request-gamma -q
+start_server --api-key "$KEY" --cfg-allow-request-gamma --max-frames 60 -q
 timeout 150 node "$CLIENTS/playground.mjs" key "$BASE" "$KEY" || fail "playground (key)"
 stop_server
 echo "serve_ui_browser: all passed (screenshot $OUTDIR/playground.png)"
