@@ -147,8 +147,9 @@ async function mainTest(outDir, clip, frames) {
   if (Math.abs(dur - want) > 0.002) fail('<audio> duration ' + dur + ', want ' + want);
   const live = await page.evaluate(() => ({
     chunks: Number(document.body.dataset.chunks), start: Number(document.body.dataset.liveStartMs),
-    end: Number(document.body.dataset.endMs), ctx: document.querySelector('#player') && window.AudioContext ? 1 : 0,
+    end: Number(document.body.dataset.endMs), audio: document.body.dataset.audioState,
   }));
+  if (live.audio !== 'running') fail('the AudioContext was ' + live.audio + ' at the first chunk: nothing played');
   if (!(live.chunks >= 2)) fail('the response came in ' + live.chunks + ' chunk(s): no streaming seen');
   if (!(live.start >= 0 && live.start < live.end)) fail('playback did not start before the stream ended: ' + JSON.stringify(live));
   const ink = await page.$eval('#wave', (cv) => {

@@ -390,6 +390,7 @@ async function generate() {
     return;
   }
   const ctx = audioContext();
+  delete document.body.dataset.audioState;
   const abort = new AbortController();
   state.abort = abort;
   $('generate').disabled = true;
@@ -429,7 +430,10 @@ async function generate() {
       }
       parts.push(pcm);
       if (player) {
-        if (player.push(pcm) > 0 && f.ttfa === null) f.ttfa = f.elapsed;
+        if (player.push(pcm) > 0 && f.ttfa === null) {
+          f.ttfa = f.elapsed;
+          document.body.dataset.audioState = ctx.state; // 'running': the first chunk is audible now
+        }
         f.audio = player.samples / rate;
         if (spf) f.frames = Math.floor(player.samples / spf);
         drawWave(player.all());
