@@ -177,18 +177,25 @@ async function mainTest(outDir, clip, frames) {
     `(stream end ${live.end.toFixed(0)} ms), <audio> ${dur.toFixed(3)} s, waveform ${ink} px, download ${dlSize} B; ` +
     `figures ttfa ${figs.ttfa}, rtf ${figs.rtf}; server: ${server}`);
 
-  // mp3: played when complete, decoded by the browser for the waveform
+  // mp3: appended to the <audio> element through MSE as it arrives, decoded for the waveform
   await page.select('#format', 'mp3');
   const st3 = await generate(page);
   if (st3 !== 'done') fail('mp3: ' + (await text(page, '#error')));
   await page.waitForFunction(() => { const a = document.querySelector('#player'); return a.readyState >= 1 && a.duration > 0; },
     { timeout: T });
+  await page.waitForFunction(() => document.body.dataset.playingMs !== undefined, { timeout: T });
+  const m3 = await page.evaluate(() => ({ src: document.querySelector('#player').src, start: Number(document.body.dataset.liveStartMs),
+    end: Number(document.body.dataset.endMs), playing: Number(document.body.dataset.playingMs), chunks: Number(document.body.dataset.chunks),
+    dur: document.querySelector('#player').duration }));
+  if (!(m3.chunks >= 2 && m3.start >= 0 && m3.start < m3.end)) fail('mp3 not fed to the player while streaming: ' + JSON.stringify(m3));
+  if (Math.abs(m3.dur - want) > 0.1) fail('mp3 <audio> duration ' + m3.dur + ', want about ' + want);
   if ((await page.$eval('#download', (a) => a.download)) !== 'audio.mp3') fail('mp3 download name');
   const f3 = await text(page, '#fig-frames');
   if (!/^≈\d+ \(from the decoded length\)$/.test(f3)) fail('mp3 not decoded: ' + f3);
   c = w.take([]);
   if (c.left.length) fail('console errors with mp3: ' + c.left.join(' | '));
-  ok('mp3 generated, playable, decoded: frames ' + f3);
+  ok(`mp3 through MSE: ${m3.chunks} chunks, first appended at ${m3.start.toFixed(0)} ms, stream end ${m3.end.toFixed(0)} ms, ` +
+    `playing at ${m3.playing.toFixed(0)} ms, <audio> ${m3.dur.toFixed(3)} s; decoded frames ${f3}`);
 
   // Stop while streaming: the page stops, the server counts a client that went away
   const gone = async () => (await (await fetch(base + '/metrics')).text())

@@ -56,7 +56,7 @@ function showError(box, err) {
       (err.param ? ' · field: ' + err.param : '');
     d.dataset.param = err.param || '';
     d.dataset.code = err.code || '';
-    box.append(d);
+    box.append(' ', d);
   }
   box.hidden = false;
 }
@@ -214,6 +214,52 @@ class PcmPlayer {
   }
 }
 
+// mp3 through Media Source Extensions: each chunk is appended to the <audio> element as it
+// arrives, and the element plays as soon as it has enough (Ogg Opus has no MSE byte stream format).
+class MseStream {
+  constructor(el, t0) {
+    this.el = el;
+    this.t0 = t0;
+    this.queue = [];
+    this.ending = false;
+    this.startedAt = null; // performance.now() of the first append
+  }
+
+  static supported() { return !!window.MediaSource && MediaSource.isTypeSupported('audio/mpeg'); }
+
+  async open() {
+    this.ms = new MediaSource();
+    this.url = URL.createObjectURL(this.ms);
+    this.el.src = this.url;
+    await new Promise((r) => this.ms.addEventListener('sourceopen', r, { once: true }));
+    this.sb = this.ms.addSourceBuffer('audio/mpeg');
+    this.sb.mode = 'sequence';
+    this.sb.addEventListener('updateend', () => this.pump());
+    this.el.addEventListener('playing', () => {
+      document.body.dataset.playingMs = String(performance.now() - this.t0);
+    }, { once: true });
+  }
+
+  push(bytes) {
+    this.queue.push(bytes);
+    this.pump();
+    if (this.startedAt === null) {
+      this.startedAt = performance.now();
+      this.el.play().catch(() => { /* paused by Stop or a new request */ });
+    }
+  }
+
+  pump() {
+    if (this.sb.updating) return;
+    if (this.queue.length) this.sb.appendBuffer(this.queue.shift());
+    else if (this.ending && this.ms.readyState === 'open') this.ms.endOfStream();
+  }
+
+  end() { this.ending = true; this.pump(); }
+
+  stop() { this.el.pause(); }
+}
+
 // Offset of the PCM data in a RIFF/WAVE prefix, or -1 while more bytes are needed; throws on a
 // header that is not 16-bit mono PCM.
 function wavDataOffset(b) {
@@ -360,11 +406,11 @@ function audioContext() {
   return state.ctx;
 }
 
-function setResult(blob, filename) {
+// the result: in the player (unless it already plays it through MSE) and as the download
+function setResult(blob, filename, inPlayer) {
   if (state.blobUrl) URL.revokeObjectURL(state.blobUrl);
   state.blobUrl = URL.createObjectURL(blob);
-  const player = $('player');
-  player.src = state.blobUrl;
+  if (inPlayer) $('player').src = state.blobUrl;
   const dl = $('download');
   dl.href = state.blobUrl;
   dl.download = filename;
@@ -391,6 +437,7 @@ async function generate() {
   }
   const ctx = audioContext();
   delete document.body.dataset.audioState;
+  delete document.body.dataset.playingMs;
   const abort = new AbortController();
   state.abort = abort;
   $('generate').disabled = true;
@@ -403,11 +450,13 @@ async function generate() {
   $('fig-request').textContent = '–';
   const t0 = performance.now();
   const player = live ? new PcmPlayer(ctx, rate) : null;
-  state.player = player;
+  const mse = fmt === 'mp3' && MseStream.supported() ? new MseStream($('player'), t0) : null;
+  state.player = player || mse;
   const parts = [];
   let head = fmt === 'wav' ? new Uint8Array(0) : null; // wav bytes until the data offset is known
   let chunks = 0;
   try {
+    if (mse) await mse.open();
     const res = await api('/v1/tts', {
       method: 'POST', headers: { 'Content-Type': 'application/json' }, body, signal: abort.signal,
     });
@@ -437,8 +486,9 @@ async function generate() {
         f.audio = player.samples / rate;
         if (spf) f.frames = Math.floor(player.samples / spf);
         drawWave(player.all());
-      } else if (f.ttfa === null) {
-        f.ttfa = f.elapsed;
+      } else {
+        if (mse) mse.push(value);
+        if (f.ttfa === null) f.ttfa = f.elapsed;
       }
       figures(f);
     }
@@ -446,12 +496,13 @@ async function generate() {
     const total = parts.reduce((n, p) => n + p.length, 0);
     const bytes = concat(parts, total);
     if (live) {
-      setResult(wavBlob(bytes, rate), 'audio.' + fmt);
+      setResult(wavBlob(bytes, rate), 'audio.' + fmt, true);
       if (fmt === 'pcm') setDownloadRaw(bytes);
       drawWave(player.all());
     } else {
       const type = fmt === 'mp3' ? 'audio/mpeg' : 'audio/ogg';
-      setResult(new Blob([bytes], { type }), 'audio.' + fmt);
+      if (mse) mse.end();
+      setResult(new Blob([bytes], { type }), 'audio.' + fmt, !mse);
       try {
         const buf = await ctx.decodeAudioData(bytes.slice().buffer);
         const s = buf.getChannelData(0);
@@ -464,7 +515,8 @@ async function generate() {
     }
     figures(f);
     document.body.dataset.chunks = String(chunks);
-    document.body.dataset.liveStartMs = player && player.startedAt !== null ? String(player.startedAt - t0) : '';
+    const p = player || mse;
+    document.body.dataset.liveStartMs = p && p.startedAt !== null ? String(p.startedAt - t0) : '';
     document.body.dataset.endMs = String(f.elapsed * 1000);
     document.body.dataset.state = 'done';
     serverFigures();
@@ -509,6 +561,7 @@ function start() {
   $('key-form').addEventListener('submit', useKey);
   $('voice-form').addEventListener('submit', createVoice);
   drawWave(new Float32Array(0));
+  if (MseStream.supported()) $('format').querySelector('option[value=mp3]').textContent = 'mp3 (plays while streaming)';
   connect();
 }
 
