@@ -82,8 +82,8 @@ async function generate(page) {
   return page.evaluate(() => document.body.dataset.state);
 }
 
-// Clicks the download button; the browser saves the file in dir (DevTools download behaviour).
-async function download(page, dir, name) {
+// Clicks the download button; the browser saves the file (DevTools download behaviour): its size.
+async function download(page, name) {
   const into = fs.mkdtempSync(path.join(process.env.PLAYGROUND_TMP || os.tmpdir(), 'dl-'));
   const cdp = await page.createCDPSession();
   await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: into, eventsEnabled: true });
@@ -161,7 +161,7 @@ async function mainTest(outDir, clip, frames) {
   if (ink < 200) fail('the waveform canvas is (nearly) empty: ' + ink + ' pixels');
   const dl = await page.$eval('#download', (a) => ({ hidden: a.hidden, name: a.download, href: a.href }));
   if (dl.hidden || dl.name !== 'audio.wav' || !dl.href.startsWith('blob:')) fail('download link: ' + JSON.stringify(dl));
-  const dlSize = await download(page, outDir, 'audio.wav');
+  const dlSize = await download(page, 'audio.wav');
   if (dlSize !== 44 + pcmBytes) fail('the download has ' + dlSize + ' bytes');
   const figs = { ttfa: await text(page, '#fig-ttfa'), rtf: await text(page, '#fig-rtf'), frames: await text(page, '#fig-frames'),
     seed: await text(page, '#fig-seed') };
@@ -257,6 +257,7 @@ async function keyTest(key) {
   await page.waitForFunction(() => !document.querySelector('#key-error').hidden, { timeout: T });
   const kshown = await text(page, '#key-error');
   if (!kshown.includes('API key') || !kshown.includes('unauthorized')) fail('wrong key: the page shows "' + kshown + '"');
+  if ((await page.evaluate(() => sessionStorage.length)) !== 0) fail('a refused key was kept in sessionStorage');
   c = w.take([/status of 401/]);
   if (c.left.length || c.got !== 1) fail('console on the wrong key: ' + c.left.join(' | '));
   await page.$eval('#api-key', (e) => { e.value = ''; });
@@ -271,6 +272,9 @@ async function keyTest(key) {
   await page.type('#frames', '4');
   const st = await generate(page);
   if (st !== 'done') fail('generate with the key: ' + (await text(page, '#error')));
+  const info = (await apiJson('/v1/models', { headers: { Authorization: 'Bearer ' + key } })).body.data[0].drama;
+  const pcmSize = await download(page, 'audio.pcm'); // the raw bytes as sent, no header
+  if (pcmSize !== 2 * 4 * info.samples_per_frame) fail('the pcm download has ' + pcmSize + ' bytes');
   // guidance without a reference: the server refuses a non-zero gamma, the page says why
   await page.type('#cfg-gamma', '1.5');
   const st2 = await generate(page);

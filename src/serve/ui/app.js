@@ -13,6 +13,7 @@ const state = {
   abort: null,       // AbortController of the request in flight
   player: null,      // PcmPlayer of the request in flight
   blobUrl: null,
+  rawUrl: null,      // the pcm download (the player has a wav of it)
 };
 
 // ---- API helpers ----
@@ -52,7 +53,7 @@ function showError(box, err) {
   if (err instanceof ApiError) {
     const d = document.createElement('span');
     d.className = 'detail';
-    d.textContent = 'HTTP ' + err.status + (err.code ? ' · ' + err.code : '') +
+    d.textContent = (err.status ? 'HTTP ' + err.status : 'not sent') + (err.code ? ' · ' + err.code : '') +
       (err.param ? ' · field: ' + err.param : '');
     d.dataset.param = err.param || '';
     d.dataset.code = err.code || '';
@@ -87,12 +88,14 @@ async function connect() {
     state.info = m.drama || {};
     $('key-panel').hidden = true;
     clearError($('key-error'));
+    if (state.key) sessionStorage.setItem(KEY_STORE, state.key); // kept once the server took it
     applyInfo();
     await loadVoices();
     setStatus('ready · model ' + (m.id || '?'));
     document.body.dataset.ready = '1';
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) {
+      sessionStorage.removeItem(KEY_STORE);
       $('key-panel').hidden = false;
       setStatus('API key needed');
       if (state.key) showError($('key-error'), e);
@@ -128,8 +131,6 @@ async function loadVoices(select) {
 function useKey(ev) {
   ev.preventDefault();
   state.key = $('api-key').value.trim();
-  if (state.key) sessionStorage.setItem(KEY_STORE, state.key);
-  else sessionStorage.removeItem(KEY_STORE);
   connect();
 }
 
@@ -540,9 +541,10 @@ async function generate() {
 
 // pcm: the download is the raw bytes the server sent; the player keeps its wav wrapper
 function setDownloadRaw(bytes) {
-  const url = URL.createObjectURL(new Blob([bytes], { type: 'application/octet-stream' }));
+  if (state.rawUrl) URL.revokeObjectURL(state.rawUrl);
+  state.rawUrl = URL.createObjectURL(new Blob([bytes], { type: 'application/octet-stream' }));
   const dl = $('download');
-  dl.href = url;
+  dl.href = state.rawUrl;
   dl.download = 'audio.pcm';
 }
 
