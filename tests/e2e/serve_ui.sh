@@ -3,7 +3,7 @@
 # the files of src/serve/ui byte for byte with their Content-Type, a strict Content-Security-Policy
 # and nosniff, without a key even when one is set; HEAD works, POST is 405, an unknown file 404;
 # with --no-ui all of them are 404 and the API is unaffected; /v1/models carries the documented
-# "drama" object. The page in a browser: serve_ui_browser.sh.
+# "drama" object; index.html passes HTML Tidy. The page in a browser: serve_ui_browser.sh.
 set -eu
 . "$(dirname "$0")/serve_lib.bash"
 UI="$DRAMA_SRC/src/serve/ui"
@@ -22,6 +22,11 @@ check_file() { # PATH FILE CONTENT-TYPE
     case "$csp" in *unsafe-inline*|*unsafe-eval*|*"*"*|*http:*|*https:*) fail "GET $1: CSP too loose: $csp" ;; esac
     [ "$(header "$O" X-Content-Type-Options)" = nosniff ] || fail "GET $1: no nosniff"
 }
+
+# the page is valid HTML: HTML Tidy reports no error and no warning
+command -v tidy >/dev/null || fail "tidy missing (scripts/install-deps.sh installs it)"
+tidy -errors -q "$UI/index.html" >"$WORK/tidy.txt" 2>&1 || fail "tidy: $(head -5 "$WORK/tidy.txt")"
+ok "index.html: HTML Tidy $(tidy --version | sed 's/.*version //'), no errors or warnings"
 
 start_server --api-key ui-key -q
 check_file / index.html "text/html; charset=utf-8"
