@@ -16,12 +16,15 @@ static void usage(FILE *f) {
             "usage: drama make-model DIR [--shape tiny|full|custom] [--seed S]\n"
             "         [--experts bf16|fp8|nvfp4|q4] [--q4-group 32|64|128] [--prune K]\n"
             "         [--layout per-expert|fused] [--shards N] [--codec tiny|real|none] [--threads N]\n"
-            "         [dimension flags]\n\n"
+            "         [--expert-fill encode|direct] [dimension flags]\n\n"
             "Writes config.json, sharded safetensors + index, tokenizer.json and codec.safetensors +\n"
             "codec.json with seeded random weights (same seed -> identical files).\n"
             "  --shape tiny    the golden tiny shape (hidden 64, 8 layers, 16 experts top-4); default\n"
             "  --shape full    Drama 3 shapes (hidden 2048, 40 layers, 256 experts top-8, 13-layer tower)\n"
             "  --shape custom  tiny, then the dimension flags below\n"
+            "  --expert-fill direct  routed experts as random stored codes (valid, bounded scales)\n"
+            "                  instead of encodings of the BF16 values: seconds at full shape; for\n"
+            "                  benchmarks and backend parity (default encode)\n"
             "Dimension flags (override the shape): --hidden --layers --full-attention-interval --heads\n"
             "  --kv-heads --head-dim --partial-rotary --linear-key-heads --linear-key-dim\n"
             "  --linear-value-heads --linear-value-dim --conv-kernel --num-experts --top-k --moe-inter\n"
@@ -122,6 +125,13 @@ int cmd_make_model(int argc, char **argv) {
         } else if (!strcmp(a, "--threads")) {
             if (!parse_i64(a, v, 0, 1024, &n)) return DR_EXIT_USAGE;
             o.threads = (int)n;
+        } else if (!strcmp(a, "--expert-fill")) {
+            if (!strcmp(v, "encode")) o.expert_fill = DR_MM_FILL_ENCODE;
+            else if (!strcmp(v, "direct")) o.expert_fill = DR_MM_FILL_DIRECT;
+            else {
+                fprintf(stderr, "drama make-model: --expert-fill: '%s' (encode, direct)\n", v);
+                return DR_EXIT_USAGE;
+            }
         } else if (!strcmp(a, "--test-omit")) {
             o.test_omit = v;
         } else if (!strcmp(a, "--test-misshape")) {

@@ -30,6 +30,8 @@ double dr_mm_uniform(uint64_t seed, uint64_t key, uint64_t index) {
     return (double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
 }
 
+uint64_t dr_mm_key_bits(uint64_t seed, uint64_t key) { return fmix64(fmix64(seed * 0x9E3779B97F4A7C15ULL ^ key) ^ 0x6A09E667F3BCC909ULL); }
+
 uint64_t dr_mm_name_key(const char *name) {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;

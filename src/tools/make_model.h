@@ -22,6 +22,10 @@
 
 typedef enum dr_mm_format { DR_MM_BF16 = 0, DR_MM_FP8, DR_MM_NVFP4, DR_MM_Q4 } dr_mm_format;
 typedef enum dr_mm_layout { DR_MM_PER_EXPERT = 0, DR_MM_FUSED } dr_mm_layout;
+/* Routed experts' values: encodings of the BF16 source matrices (default), or random stored codes
+ * written directly (valid codes, scales bounded so |w| <= the source amplitude): no encoder runs,
+ * so a full-shape quantised model takes seconds; for benchmarks and backend parity only. */
+typedef enum dr_mm_expert_fill { DR_MM_FILL_ENCODE = 0, DR_MM_FILL_DIRECT } dr_mm_expert_fill;
 
 /* One windowed transformer of the codec (CODEC.md 3.7). dim is the width it runs at. */
 typedef struct dr_mm_codec_tf {
@@ -77,6 +81,7 @@ typedef struct dr_mm_options {
     uint64_t seed;
     int with_codec;             /* default 1 */
     int threads;                /* worker threads for generation and encoding; 0 = physical cores */
+    dr_mm_expert_fill expert_fill;
     /* Test hooks for `drama inspect`'s broken-checkpoint tests (NULL = off): leave out the named
      * tensor, add one more dimension-0 row to it, or add an extra BF16 [4] tensor of that name. */
     const char *test_omit, *test_misshape, *test_extra;
@@ -98,6 +103,8 @@ drama_status dr_make_model(const char *dir, const dr_mm_options *opts, drama_err
 /* Counter-based uniform value in [-1, 1): depends only on (seed, key, index). */
 double dr_mm_uniform(uint64_t seed, uint64_t key, uint64_t index);
 uint64_t dr_mm_name_key(const char *name);
+/* 64 random bits that depend only on (seed, key). */
+uint64_t dr_mm_key_bits(uint64_t seed, uint64_t key);
 
 /* codec.json for these hyper-parameters (CODEC.md 9 schema). */
 drama_status dr_mm_write_codec_json(const char *path, const dr_mm_codec *c, drama_error *err);

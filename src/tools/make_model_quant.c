@@ -2,6 +2,7 @@
  * The source of every matrix is its BF16-rounded random values; the encoders are num/quant.h
  * (FORMATS.md 6 and 4.4), so a generated quantised model is what `drama optimize` would make
  * of the BF16 model with the same seed. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,10 +91,80 @@ static uint8_t *slot(mm_qslot *c, int kind, size_t n) {
     return c->part[kind];
 }
 
+/* --expert-fill direct: random bytes from a counter-based stream keyed by (seed, layer, expert,
+ * proj, component), made valid and bounded per format: FP8 codes keep exponent fields 9..14 (no
+ * NaN, |code| < 448) under a block scale amp / 448; NVFP4 nibbles are any of the 16 E2M1 codes,
+ * block scales E4M3 in [0.5, 1) and weight_scale_2 = amp / 6 (|w| < amp); BF16 keeps sign and
+ * mantissa under the exponent of amp / 2;
+ * q4 words any, scales amp / 8, biases -8 scale (w in [-amp, amp)). */
+static void fill_bytes(uint64_t key, uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t x = key ^ (i * 0x9E3779B97F4A7C15ULL);
+        x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ULL, x ^= x >> 33;
+        size_t m = n - i < 8 ? n - i : 8;
+        memcpy(p + i, &x, m);
+    }
+}
+
+static drama_status encode_direct(mm_qslot *c, const dr_mm_options *o, int layer, int e, int proj, int64_t rows,
+                                  int64_t cols, drama_error *err) {
+    size_t n = (size_t)(rows * cols);
+    double amp = proj == 2 ? 0.5 * sqrt(3.0 / (double)o->dims.moe_inter) : sqrt(3.0 / (double)o->dims.hidden);
+    uint64_t key = dr_mm_key_bits(o->seed, ((uint64_t)layer << 32) ^ ((uint64_t)e << 8) ^ (uint64_t)proj);
+    switch (o->experts) {
+    case DR_MM_BF16: {
+        uint16_t *b = (uint16_t *)slot(c, MM_Q_BF16, n * 2);
+        if (!b) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+        fill_bytes(key, (uint8_t *)b, n * 2);
+        for (size_t i = 0; i < n; i++) /* sign, exponent of amp / 2 .. amp, random mantissa */
+            b[i] = (uint16_t)((b[i] & 0x807F) | (dr_f32_to_bf16((float)(amp * 0.5)) & 0x7F80));
+        break;
+    }
+    case DR_MM_FP8: {
+        size_t ns = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128));
+        uint8_t *codes = slot(c, MM_Q_FP8_W, n), *sc = slot(c, MM_Q_FP8_SCALE, ns * 4);
+        if (!codes || !sc) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+        fill_bytes(key, codes, n);
+        for (size_t i = 0; i < n; i++) codes[i] = (uint8_t)((codes[i] & 0x87) | ((9 + (codes[i] >> 3 & 7) % 6) << 3));
+        float s = (float)(amp / 448.0);
+        for (size_t i = 0; i < ns; i++) memcpy(sc + 4 * i, &s, 4);
+        break;
+    }
+    case DR_MM_NVFP4: {
+        uint8_t *packed = slot(c, MM_Q_NV_W, n / 2), *sc = slot(c, MM_Q_NV_SCALE, n / 16);
+        uint8_t *s2 = slot(c, MM_Q_NV_SCALE2, 4), *in = slot(c, MM_Q_NV_INPUT, 4);
+        if (!packed || !sc || !s2 || !in) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+        fill_bytes(key, packed, n / 2);
+        fill_bytes(key ^ 0x5CA1E5ULL, sc, n / 16);
+        for (size_t i = 0; i < n / 16; i++) sc[i] = (uint8_t)(0x30 | (sc[i] & 7)); /* E4M3 exponent 6: [0.5, 1) */
+        float gs = (float)(amp / 6.0), one = 1.0f;
+        memcpy(s2, &gs, 4);
+        memcpy(in, &one, 4);
+        break;
+    }
+    case DR_MM_Q4: {
+        size_t ng = (size_t)(rows * (cols / o->q4_group));
+        uint8_t *words = slot(c, MM_Q_AF_W, n / 2), *sc = slot(c, MM_Q_AF_SCALES, ng * 2),
+                *bi = slot(c, MM_Q_AF_BIASES, ng * 2);
+        if (!words || !sc || !bi) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
+        fill_bytes(key, words, n / 2);
+        uint16_t s = dr_f32_to_bf16((float)(amp / 8.0)), b = dr_f32_to_bf16((float)(-amp));
+        for (size_t i = 0; i < ng; i++) memcpy(sc + 2 * i, &s, 2), memcpy(bi + 2 * i, &b, 2);
+        break;
+    }
+    }
+    c->layer = layer;
+    c->expert = e;
+    c->proj = proj;
+    return DRAMA_OK;
+}
+
 static drama_status encode(mm_qslot *c, const dr_mm_options *o, int layer, int e, int proj, drama_error *err) {
     int64_t rows = proj == 2 ? o->dims.hidden : o->dims.moe_inter;
     int64_t cols = proj == 2 ? o->dims.moe_inter : o->dims.hidden;
     size_t n = (size_t)(rows * cols);
+    c->layer = -1;
+    if (o->expert_fill == DR_MM_FILL_DIRECT) return encode_direct(c, o, layer, e, proj, rows, cols, err);
     if (c->src_cap < n) {
         float *a = realloc(c->src, n * sizeof *a), *b = a ? realloc(c->partner, n * sizeof *b) : NULL;
         if (a) c->src = a;

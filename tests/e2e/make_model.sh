@@ -49,6 +49,24 @@ diff "$T/fp8.sha" "$T/fp8b.sha" > /dev/null || { bad "same seed gave different f
 cmp -s "$T/fp8/model-00002-of-00002.safetensors" "$T/fp8c/model-00002-of-00002.safetensors" && bad "another seed gave the same experts"
 echo "same seed: $(wc -l < "$T/fp8.sha") files identical (sha256)"
 
+# --expert-fill direct: random stored codes load in every format, are the same for any thread
+# count, differ from the encoder's, and run (a frame step with non-finite logits would fail)
+for f in fp8 nvfp4 q4; do
+    gen_check direct-$f "per-expert, 8/8, $(case $f in fp8) echo 'block FP8 128x128';; nvfp4) echo NVFP4;; q4) echo 'affine 4-bit group 64';; esac)" \
+        --seed 5 --experts $f --expert-fill direct --threads 3 --hidden 128
+    "$DRAMA_BIN" make-model "$T/direct-$f-1" $DIMS --seed 5 --experts $f --expert-fill direct --threads 1 --hidden 128 \
+        > /dev/null 2>&1 || bad "direct-$f-1: make-model"
+    cmp -s "$T/direct-$f/model-00002-of-00002.safetensors" "$T/direct-$f-1/model-00002-of-00002.safetensors" ||
+        bad "direct $f: 3 threads and 1 thread gave different experts"
+    printf '{"rows": [[40,0,0,0,0,0,0,0,0,0,0],[41,0,0,0,0,0,0,0,0,0,0]], "prefill": 2}' > "$T/rows.json"
+    "$DRAMA_BIN" generate --model "$T/direct-$f" --rows "$T/rows.json" --frames 4 --seed 1 --backend cpu \
+        --codes-out "$T/direct-$f.codes" > "$T/direct-$f.gen" 2>&1 || bad "direct $f: generate: $(cat "$T/direct-$f.gen")"
+done
+"$DRAMA_BIN" make-model "$T/encode-fp8" $DIMS --seed 5 --experts fp8 --hidden 128 > /dev/null 2>&1 || bad "encode-fp8: make-model"
+cmp -s "$T/direct-fp8/model-00002-of-00002.safetensors" "$T/encode-fp8/model-00002-of-00002.safetensors" &&
+    bad "--expert-fill direct gave the encoder's experts"
+echo "expert-fill direct: fp8, nvfp4, q4 load, thread-count independent, generate runs"
+
 # bad options name the flag and exit 2
 check_bad() { # want-substring args...
     local want=$1
@@ -62,6 +80,7 @@ check_bad() { # want-substring args...
 check_bad '--prune' --prune 1
 check_bad '--q4-group' --experts q4 --q4-group 48
 check_bad '--experts' --experts int3
+check_bad '--expert-fill' --expert-fill random
 check_bad '--layout' --layout fused --experts nvfp4
 check_bad '--shape' --shape enormous
 check_bad '--top-k' --top-k 99
