@@ -431,25 +431,26 @@ static void check_sample(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         for (int ti = 0; ti < 4; ti++)
             for (int pi = 0; pi < 3; pi++)
                 for (int ki = 0; ki < 3; ki++)
-                    for (int rule = 0; rule < 2; rule++) {
+                    for (int rule = 0; rule < 4; rule++) { /* bit 1: the sequential sums only */
                         if (ti == 0 && (pi || ki || rule)) continue; /* argmax ignores the rest */
                         int32_t o[NV];
-                        int drule = k->control == KC_RULES ? !rule : rule;
+                        int drule = (k->control == KC_RULES ? !(rule & 1) : (rule & 1)) | (rule & 2);
                         if (!t.failed)
                             cu_call(&t, dr_cuda_sample_raw(t.c, dl, n, n, NV, Ts[ti], Ps[pi], Ks[ki], drule, du, dout, dst,
                                                            &t.err));
                         if (cu_get(&t, o, dout, sizeof o)) break;
-                        dr_draw_spec sp = {Ts[ti], Ps[pi], Ks[ki], rule ? DR_TOPP_DROP_CROSSING : DR_TOPP_KEEP_CROSSING};
+                        dr_draw_spec sp = {Ts[ti], Ps[pi], Ks[ki], rule & 1 ? DR_TOPP_DROP_CROSSING : DR_TOPP_KEEP_CROSSING};
                         for (int v = 0; v < NV; v++) {
                             int r = -1;
                             if (dr_sample(lg + (int64_t)v * n, n, &sp, u[v], &ws, &r, "contract", &e)) r = -1;
                             ref[v] = r;
                             out[v] = (float)o[v];
-                            alt[v] = (float)alt_draw(lg + (int64_t)v * n, n, Ts[ti], Ps[pi], Ks[ki], !rule, u[v]);
+                            alt[v] = (float)alt_draw(lg + (int64_t)v * n, n, Ts[ti], Ps[pi], Ks[ki], !(rule & 1), u[v]);
                         }
-                        char name[96];
-                        snprintf(name, sizeof name, "n=%d T=%g top_p=%g top_k=%d %s (9 vectors)", n, (double)Ts[ti],
-                                 (double)Ps[pi], Ks[ki], rule ? "drop-crossing" : "keep-crossing");
+                        char name[112];
+                        snprintf(name, sizeof name, "n=%d T=%g top_p=%g top_k=%d %s%s (9 vectors)", n, (double)Ts[ti],
+                                 (double)Ps[pi], Ks[ki], rule & 1 ? "drop-crossing" : "keep-crossing",
+                                 rule & 2 ? " sequential" : "");
                         ct_compare(res, name, out, ref, tol, NV);
                         if (n == 4097) ct_discriminate(res, name, alt, ref, tol, NV);
                     }

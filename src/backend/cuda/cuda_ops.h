@@ -203,7 +203,8 @@ drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *lanes, int64
 
 /* One draw of the general sampler (dr_sample) for n logit vectors [n][ld] of n_cand candidates with
  * uniforms u [n] (host-visible through the contract): out [n]. Exposed for the contract, which
- * compares it with the CPU's dr_sample. rule 0 = keep crossing, 1 = drop crossing. */
+ * compares it with the CPU's dr_sample. rule bit 0: 0 = keep crossing, 1 = drop crossing; bit 1 (2):
+ * the sequential sums only (no parallel decision), for the contract's check of that path. */
 drama_status dr_cuda_sample_raw(dr_cuda *c, const float *logits, int64_t ld, int n_cand, int64_t n, float temperature,
                                 float top_p, int top_k, int rule, const double *u, int32_t *out, dr_cuda_status *st,
                                 drama_error *err);

@@ -229,8 +229,11 @@ static drama_status cs_run_region(dr_backend *be, const void *owner, uint64_t ke
     cs_impl *b = CS(be);
     cs_flush(b);
     if (!b->graphs_on) {
+        b->in_region = 1;
+        b->prof_regions++;
         fn(ctx);
         cs_flush(b);
+        b->in_region = 0;
         return DRAMA_OK;
     }
     for (int i = 0; i < b->n_graphs; i++)
@@ -305,13 +308,27 @@ static void cs_destroy(dr_backend *be) {
     }
     cudaStreamSynchronize(b->c->stream);
     if (b->profile) {
-        static const char *const kind[CSP_KINDS] = {"matmul", "embed", "norm", "element", "attention", "deltanet",
-                                                    "moe", "logits", "tower_in", "move", "sample"};
-        double tot = 0;
-        for (int k = 0; k < CSP_KINDS; k++) tot += b->prof_ms[k];
-        for (int k = 0; k < CSP_KINDS; k++)
-            fprintf(stderr, "drama: cuda profile: %-10s %8lld launches %10.3f ms %5.1f%%\n", kind[k],
-                    (long long)b->prof_n[k], b->prof_ms[k], tot > 0 ? 100.0 * b->prof_ms[k] / tot : 0.0);
+        static const char *const kind[CSP_KINDS] = {"matmul_n1", "matmul", "embed", "norm", "element", "attention",
+                                                    "deltanet", "moe", "logits", "tower_in", "move", "guidance",
+                                                    "semantic", "acoustic"};
+        for (int r = 0; r < 2; r++) {
+            double tot = 0;
+            for (int k = 0; k < CSP_KINDS; k++) tot += b->prof_ms[r][k];
+            if (r) fprintf(stderr, "drama: cuda profile: inside %lld directly run regions (frame steps):\n",
+                           (long long)b->prof_regions);
+            else fprintf(stderr, "drama: cuda profile: outside regions (prefill, setup):\n");
+            for (int k = 0; k < CSP_KINDS; k++) {
+                if (!b->prof_n[r][k]) continue;
+                double ms = b->prof_ms[r][k], per = b->prof_regions && r ? (double)b->prof_regions : 1.0;
+                fprintf(stderr,
+                        "drama: cuda profile: %-10s %8lld launches %10.3f ms %5.1f%% %8.2f us/launch %8.3f ms/region"
+                        " %7.1f GB/s\n",
+                        kind[k], (long long)b->prof_n[r][k], ms, tot > 0 ? 100.0 * ms / tot : 0.0,
+                        1000.0 * ms / (double)b->prof_n[r][k], ms / per,
+                        ms > 0 ? b->prof_bytes[r][k] / (ms * 1e6) : 0.0);
+            }
+            fprintf(stderr, "drama: cuda profile: total %10.3f ms\n", tot);
+        }
         cudaEventDestroy(b->ev0);
         cudaEventDestroy(b->ev1);
     }

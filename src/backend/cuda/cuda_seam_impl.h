@@ -47,17 +47,20 @@ typedef struct cs_impl {
     drama_status fail; /* first failure of a queued op */
     drama_error err;
     /* DRAMA_CUDA_PROFILE=1: each op outside a recorded region timed with events (it then waits
-     * for the op), summed per kind and printed when the backend closes */
-    int profile;
+     * for the op), summed per kind, apart for ops inside a region run directly (the frame step
+     * with DRAMA_CUDA_GRAPHS=0) and outside (prefill), printed when the backend closes */
+    int profile, in_region;
+    int64_t prof_regions;
     cudaEvent_t ev0, ev1;
-    double prof_ms[16];
-    int64_t prof_n[16];
+    double prof_ms[2][16], prof_bytes[2][16];
+    int64_t prof_n[2][16];
 } cs_impl;
 
-enum { CSP_MATMUL, CSP_EMBED, CSP_NORM, CSP_ELEMENT, CSP_ATTN, CSP_GDN, CSP_MOE, CSP_LOGITS, CSP_TOWER_IN, CSP_MOVE,
-       CSP_SAMPLE, CSP_KINDS };
+enum { CSP_MATMUL1, CSP_MATMUL, CSP_EMBED, CSP_NORM, CSP_ELEMENT, CSP_ATTN, CSP_GDN, CSP_MOE, CSP_LOGITS, CSP_TOWER_IN,
+       CSP_MOVE, CSP_GUIDE, CSP_SEMANTIC, CSP_ACOUSTIC, CSP_KINDS };
 void cs_prof_begin(cs_impl *b);
 void cs_prof_end(cs_impl *b, int kind);
+void cs_prof_end_bytes(cs_impl *b, int kind, double bytes); /* with the weight bytes the op read */
 
 #define CS(be) ((cs_impl *)(be)->impl)
 

@@ -23,22 +23,35 @@ void cs_prof_begin(cs_impl *b) {
     if (b->profile && !b->capturing) cudaEventRecord(b->ev0, b->c->stream);
 }
 
-void cs_prof_end(cs_impl *b, int kind) {
+void cs_prof_end_bytes(cs_impl *b, int kind, double bytes) {
     if (!b->profile || b->capturing) return;
     float ms = 0;
     cudaEventRecord(b->ev1, b->c->stream);
     cudaEventSynchronize(b->ev1);
     cudaEventElapsedTime(&ms, b->ev0, b->ev1);
-    b->prof_ms[kind] += ms;
-    b->prof_n[kind]++;
+    int r = b->in_region != 0;
+    b->prof_ms[r][kind] += ms;
+    b->prof_bytes[r][kind] += bytes;
+    b->prof_n[r][kind]++;
+}
+
+void cs_prof_end(cs_impl *b, int kind) { cs_prof_end_bytes(b, kind, 0); }
+
+/* stored bytes of the rows a job reads */
+static double job_w_bytes(const dr_cuda_job *j) {
+    int64_t rows = dr_cuda_weight_rows(j->w);
+    return rows > 0 ? (double)dr_cuda_weight_device_bytes(j->w) * (double)(j->r1 - j->r0) / (double)rows : 0.0;
 }
 
 void cs_flush(cs_impl *b) {
     if (!b->n_pend) return;
     drama_error e = {};
+    double wb = 0;
+    int all1 = 1;
+    for (int i = 0; i < b->n_pend; i++) wb += job_w_bytes(&b->pend[i]), all1 &= b->pend[i].n == 1;
     cs_prof_begin(b);
     drama_status st = dr_cuda_matmul_batch(b->c, b->pend, b->n_pend, &e);
-    cs_prof_end(b, CSP_MATMUL);
+    cs_prof_end_bytes(b, all1 ? CSP_MATMUL1 : CSP_MATMUL, wb);
     b->n_pend = 0;
     if (st) cs_fail(b, st, &e);
 }
@@ -80,7 +93,7 @@ static void op_restricted_logits(dr_backend *be, const dr_weight *head, int64_t 
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_matmul_batch(b->c, jobs, 2, &e), &e);
-    cs_prof_end(b, CSP_LOGITS);
+    cs_prof_end_bytes(b, CSP_LOGITS, job_w_bytes(&jobs[0]) + job_w_bytes(&jobs[1]));
 }
 
 /* ---------------- element-wise ---------------- */
@@ -330,7 +343,7 @@ static void op_guidance(dr_backend *be, const dr_step_lane *lanes, int n, int n_
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_lanes_guidance(b->c, lanes, n, n_cand, &e), &e);
-    cs_prof_end(b, CSP_SAMPLE);
+    cs_prof_end(b, CSP_GUIDE);
 }
 
 static void op_sample_semantic(dr_backend *be, const dr_step_lane *lanes, int n, int n_cand, dr_step_io io) {
@@ -339,7 +352,7 @@ static void op_sample_semantic(dr_backend *be, const dr_step_lane *lanes, int n,
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_sample_semantic(b->c, lanes, n, n_cand, io, &e), &e);
-    cs_prof_end(b, CSP_SAMPLE);
+    cs_prof_end(b, CSP_SEMANTIC);
 }
 
 static void op_sample_acoustic(dr_backend *be, const dr_step_lane *lanes, int n, int codebook, const float *logits,
@@ -349,7 +362,7 @@ static void op_sample_acoustic(dr_backend *be, const dr_step_lane *lanes, int n,
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_sample_acoustic(b->c, lanes, n, codebook, logits, head_vocab, io, &e), &e);
-    cs_prof_end(b, CSP_SAMPLE);
+    cs_prof_end(b, CSP_ACOUSTIC);
 }
 
 static void op_frame_rows(dr_backend *be, const int32_t *codes, const int32_t *lane_of_row, int64_t m, int nc,

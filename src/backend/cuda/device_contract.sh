@@ -7,21 +7,7 @@
 #   own loader), and DIR/ref/quant-units.safetensors (the golden format fixtures).
 # Logs go to $OUT (default ./device-out). Usage: src/backend/cuda/device_contract.sh [DIR]
 set -u
-D=$(cd "${1:-.devcarry}" && pwd)
-O=${OUT:-device-out}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$O/gpu.txt" 2>&1
-uname -a >>"$O/gpu.txt"
-export LD_LIBRARY_PATH=$D
-PREFIX=()
-if ! "$D/drama" --version >"$O/start.txt" 2>&1; then
-    echo "carried binary does not start with the machine's loader: using the carried glibc" >>"$O/start.txt"
-    PREFIX=("$D/glibc/ld-linux-x86-64.so.2" --library-path "$D:$D/glibc")
-    "${PREFIX[@]}" "$D/drama" --version >>"$O/start.txt" 2>&1
-fi
-printf '#!/bin/sh\nexec %s "%s/drama" "$@"\n' "${PREFIX[*]:-}" "$D" >/tmp/drama-dev
-chmod +x /tmp/drama-dev
-cat "$O/start.txt"
+. "$(dirname "$0")/device_env.sh"
 
 echo "== drama contract --golden (all kernels, timed)"
 /tmp/drama-dev contract --golden "$D" >"$O/contract_all.txt" 2>&1

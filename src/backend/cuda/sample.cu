@@ -5,7 +5,15 @@
  * weights are dr_expf_det of the same fp32 (x - x0) / T (num/expf_det.h computes identical bits on
  * both sides); every double sum the CPU forms sequentially (the nucleus mass, the draw total, the
  * walk) is formed by one thread in the same order; u is Philox at 16 f + slot (base/philox.h).
- * Parallel steps (checks, keys, the bitonic sort, the weights) have no rounding at all. */
+ * Parallel steps (checks, keys, the bitonic sort, the weights) have no rounding at all.
+ *
+ * The sequential sums are a few thousand dependent double adds by one thread; a faster path
+ * decides the same outcomes from parallel prefix sums: every sum involved has nonnegative terms, so
+ * the CPU's sequential value and the block scan's value are both within (terms + depth) u of the
+ * exact sum (Higham 4.2: gamma_k bounds any summation order of nonnegatives). A nucleus cut or a
+ * pick whose comparison is decided with twice that margin to spare is the CPU's; when any
+ * candidate before the decided one is within the margin (ties, a target on a boundary: about one
+ * draw in 1e8 for ordinary logits), the sequential sums run as before. */
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
@@ -17,6 +25,7 @@
 struct draw_spec {
     float temperature, top_p;
     int top_k, keep_crossing;
+    int sequential; /* the contract's check of the sequential path: skip the parallel decision */
 };
 
 /* Sort key of a finite logit l at candidate i: descending key = descending logit, then ascending
@@ -34,8 +43,9 @@ struct sample_smem {
     double *qz;               /* [n] */
     double *zsum;
     int *bad;                 /* [2]: lowest NaN / +inf index, count of valid */
-    unsigned long long *red;  /* [32] */
+    unsigned long long *red;  /* [32]; the scan's warp totals as doubles */
     int *result;
+    int *first;               /* [2]: the parallel decision's first decided / first undecided index */
 };
 
 /* q[0] + q[1] + ... + q[n-1] left to right in double (the CPU's loops), loads run ahead of the adds */
@@ -51,6 +61,109 @@ __device__ __forceinline__ double seq_sum(const double *q, int n) {
     }
     for (; r < n; r++) z += q[r];
     return z;
+}
+
+/* Inclusive prefix sums P[0..n) of q (nonnegative) by the whole block: each thread a run of
+ * ceil(n / threads) <= 8 in order, then the runs' totals by warp shuffles and the warps' totals by
+ * warp 0. Every P[i] is a sum of a tree of depth < SCAN_DEPTH. Returns the total (all threads). */
+#define SCAN_DEPTH 24
+__device__ double block_scan(const double *q, int n, double *P, const sample_smem &S) {
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5;
+    double *wsum = (double *)S.red;
+    const int c = (n + nt - 1) / nt, b0 = tid * c, b1 = b0 + c < n ? b0 + c : n;
+    double loc = 0;
+    for (int i = b0; i < b1; i++) {
+        loc += q[i];
+        P[i] = loc;
+    }
+    double v = loc;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        double o = __shfl_up_sync(0xFFFFFFFFu, v, off);
+        if (lane >= off) v += o;
+    }
+    double excl = __shfl_up_sync(0xFFFFFFFFu, v, 1); /* a move, no rounding */
+    if (lane == 0) excl = 0;
+    if (lane == 31) wsum[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        double x = lane < nt / 32 ? wsum[lane] : 0.0;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            double o = __shfl_up_sync(0xFFFFFFFFu, x, off);
+            if (lane >= off) x += o;
+        }
+        wsum[lane] = x;
+    }
+    __syncthreads();
+    const double off = w ? wsum[w - 1] + excl : excl;
+    for (int i = b0; i < b1; i++) P[i] = off + P[i];
+    const double total = wsum[31];
+    __syncthreads();
+    return total;
+}
+
+/* Margin of a sum of k + 1 nonnegative terms formed in any order of depth <= k against another such
+ * formation: 2 (k + 2 SCAN_DEPTH + 16) 2^-53 of the value covers gamma_k + gamma_SCAN_DEPTH + the
+ * divisions, and is used twice over. */
+__device__ __forceinline__ double sum_margin(int k, double v) { return (double)(k + 2 * SCAN_DEPTH + 16) * 0x1p-52 * v; }
+
+/* The first index in [lo, hi] whose flag is "decided true", if every earlier one is "decided false":
+ * decide(i) returns 1 (true), 0 (false) or -1 (within the margin). Returns hi + 1 when all are
+ * false, -2 when undecided. */
+template <typename F>
+__device__ int first_decided(int lo, int hi, const sample_smem &S, F decide) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) S.first[0] = S.first[1] = 0x7FFFFFFF;
+    __syncthreads();
+    int t = 0x7FFFFFFF, nf = 0x7FFFFFFF;
+    for (int i = lo + tid; i <= hi; i += nt) {
+        int d = decide(i);
+        if (d == 1 && i < t) t = i;
+        if (d != 0 && i < nf) nf = i;
+    }
+    if (t != 0x7FFFFFFF) atomicMin(&S.first[0], t);
+    if (nf != 0x7FFFFFFF) atomicMin(&S.first[1], nf);
+    __syncthreads();
+    t = S.first[0], nf = S.first[1];
+    __syncthreads();
+    if (nf == 0x7FFFFFFF) return hi + 1;
+    return nf == t ? t : -2;
+}
+
+/* dr_op_top_p_count's result from the scan of q[0..m) (S.q), or -1 when the margin leaves it open.
+ * The CPU's cum_s (sum of q_i / z for i <= s) is within the margin of P_s / P_{m-1}. */
+__device__ int fast_top_p(const sample_smem &S, int m, double top_p, int keep_crossing) {
+    const double Z = block_scan(S.q, m, S.qz, S);
+    if (!(Z > 0) || !isfinite(Z)) return -1;
+    /* keep crossing: r = s + 1 for the first s <= m - 2 with cum_s >= top_p; drop crossing: r = s for the
+     * first s >= 1 with cum_s > top_p */
+    auto decide = [&](int s2) -> int {
+        double E = S.qz[s2] / Z, B = 2 * sum_margin(m + s2, E);
+        if (keep_crossing ? E - B >= top_p : E - B > top_p) return 1;
+        return E + B < top_p ? 0 : -1;
+    };
+    int lo = keep_crossing ? 0 : 1, hi = keep_crossing ? m - 2 : m - 1;
+    int s2 = first_decided(lo, hi, S, decide);
+    if (s2 == -2) return -1;
+    if (s2 == hi + 1) return m;
+    return keep_crossing ? s2 + 1 : s2;
+}
+
+/* The walk's pick from the scan of the tempered weights q[0..kept) (S.q), or -1 when open: the CPU
+ * takes the first r with u * total < acc_r, else the last survivor. */
+__device__ int fast_pick(const sample_smem &S, int kept, double u) {
+    const double W = block_scan(S.q, kept, S.qz, S);
+    if (!(W > 0) || !isfinite(W)) return -1;
+    const double tgt = u * W, bt = 2 * sum_margin(kept, tgt);
+    auto decide = [&](int r) -> int {
+        double A = S.qz[r], ba = 2 * sum_margin(r, A);
+        if (A - ba > tgt + bt) return 1;
+        return A + ba < tgt - bt ? 0 : -1;
+    };
+    int r = first_decided(0, kept - 1, S, decide);
+    if (r == -2) return -1;
+    return key_index(S.keys[r == kept ? kept - 1 : r]);
 }
 
 /* One draw over logits[0..n) (dr_sample). Returns the candidate, or -1 with *err / *arg set
@@ -129,10 +242,15 @@ __device__ int block_draw(const float *logits, int n, int n2, const draw_spec &s
     if (sp.top_k > 0 && sp.top_k < kept) kept = sp.top_k;
     if (sp.top_p < 1.0f) {
         /* p over every candidate, untempered (dr_op_exp_weights with T = 1), then dr_op_top_p_count:
-         * z summed in rank order by one thread, the masses q_r / z by all (IEEE division: the same
-         * bits whoever computes them), their prefix sums again by one thread, in order */
+         * decided from the scan, or z summed in rank order by one thread, the masses q_r / z by all
+         * (IEEE division: the same bits whoever computes them), their prefix sums again by one
+         * thread, in order */
         for (int r = tid; r < m; r += nt) S.q[r] = (double)dr_expf_det(fdiv(fsub(logits[key_index(S.keys[r])], x0), 1.0f));
         __syncthreads();
+        const int by_fast = sp.sequential ? -1 : fast_top_p(S, m, (double)sp.top_p, sp.keep_crossing);
+        if (by_fast >= 0) {
+            if (by_fast < kept) kept = by_fast;
+        } else {
         if (tid == 0) *S.zsum = seq_sum(S.q, m);
         __syncthreads();
         const double z = *S.zsum;
@@ -159,10 +277,13 @@ __device__ int block_draw(const float *logits, int n, int n2, const draw_spec &s
         __syncthreads();
         if (*S.result < kept) kept = *S.result;
         __syncthreads();
+        }
     }
     for (int r = tid; r < kept; r += nt)
         S.q[r] = (double)dr_expf_det(fdiv(fsub(logits[key_index(S.keys[r])], x0), sp.temperature));
     __syncthreads();
+    const int pick = sp.sequential ? -1 : fast_pick(S, kept, u);
+    if (pick >= 0) return pick;
     if (tid == 0) {
         double target = u * seq_sum(S.q, kept), acc = 0;
         int out = key_index(S.keys[kept - 1]); /* rounding left none: the last survivor */
@@ -196,10 +317,11 @@ __device__ sample_smem smem_layout(void *base, int n, int n2) {
     S.red = (unsigned long long *)(S.zsum + 1);
     S.bad = (int *)(S.red + 32);
     S.result = S.bad + 2;
+    S.first = S.result + 1;
     return S;
 }
 
-static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 4 * sizeof(int); }
+static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 8 * sizeof(int); }
 static int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
@@ -254,14 +376,14 @@ sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) 
     }
     if (earlier) return; /* an earlier failure of this step */
     const float *lg = lanes[i].logits;
-    draw_spec spec = {sp.temperature, sp.top_p, sp.semantic_top_k, 1};
+    draw_spec spec = {sp.temperature, sp.top_p, sp.semantic_top_k, 1, 0};
     int err = 0, arg = 0, kind = DR_DRAW_SEMANTIC;
     int t = block_draw(lg, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 0), S, &err, &arg);
     if (t >= 0 && sp.temperature > 0.0f && sp.ras_window > 0 && t != n - 1) {
         int len = g->window_len, first = len > sp.ras_window ? len - sp.ras_window : 0, rep = 0;
         for (int k = first; k < len; k++) rep |= g->window[k] == t;
         if (rep) { /* same logits, its own temperature and nucleus, no top-k, slot 1 */
-            draw_spec ras = {sp.ras_temperature, sp.ras_top_p, 0, 1};
+            draw_spec ras = {sp.ras_temperature, sp.ras_top_p, 0, 1, 0};
             kind = DR_DRAW_REDRAW;
             t = block_draw(lg, n, n2, ras, dr_philox_uniform(sp.seed, f * 16 + 1), S, &err, &arg);
         }
@@ -310,7 +432,7 @@ sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *log
     const dr_gen_lane *g = lanes[i].g;
     const dr_sampler_params sp = g->sp;
     const uint64_t f = g->draw - 1;
-    draw_spec spec = {sp.temperature, sp.top_p, sp.acoustic_top_k, 0};
+    draw_spec spec = {sp.temperature, sp.top_p, sp.acoustic_top_k, 0, 0};
     int err = 0, arg = 0;
     int t = block_draw(logits + i * n, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 1 + (uint64_t)codebook), S, &err,
                        &arg);
@@ -376,7 +498,7 @@ extern "C" drama_status dr_cuda_sample_raw(dr_cuda *c, const float *logits, int6
     size_t shm = 0;
     drama_status s = launch_prep((const void *)sample_raw_kernel, &attr_raw, n_cand, &n2, &shm, err);
     if (s) return s;
-    draw_spec sp = {temperature, top_p, top_k, rule == 0};
+    draw_spec sp = {temperature, top_p, top_k, (rule & 1) == 0, (rule & 2) != 0};
     sample_raw_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(logits, ld, n_cand, n2, sp, u, out,
                                                                       (dev_status *)st);
     return dr_cuda_check(cudaGetLastError(), "sampler launch", err);
