@@ -31,6 +31,13 @@ enum {
 
 #define CD_WPACK 8 /* output channels per packed weight block */
 
+/* Kernel instruction sets (kernels.h). cd_isa_best: the widest this CPU runs, or the one named by
+ * DRAMA_CODEC_ISA (portable, avx2, avx512; one the CPU lacks falls back to the best it has). */
+enum { CD_ISA_PORTABLE, CD_ISA_AVX2, CD_ISA_AVX512, CD_ISA_COUNT };
+int cd_isa_best(void);
+int cd_isa_supported(int isa);
+const char *cd_isa_name(int isa);
+
 typedef struct cd_conv {
     int cin, cout, k, dil, stride, groups, transposed;
     float *w;   /* packed by cd_pack_weights: [ceil(cout/8)][cin/groups][k][8] (zero-padded rows);
@@ -39,12 +46,16 @@ typedef struct cd_conv {
     float *b;   /* [cout] */
     int hist;   /* history columns carried between calls (0: stateless) */
     int state;  /* index in the path's state table, -1 when hist == 0 */
+    int isa;    /* CD_ISA_* kernels (cd_conv_init: cd_isa_best()) */
+    int plant;  /* drama contract only: a planted defect in the SIMD loop (kernels.h), else 0 */
 } cd_conv;
 
 typedef struct cd_snake {
     int c;
     float *inv;   /* 1 / (alpha + eps), precomputed in fp32 as the reference does */
     float *alpha;
+    int isa;      /* CD_ISA_* (cd_snake_prepare: cd_isa_best()) */
+    int plant;    /* drama contract only, else 0 */
 } cd_snake;
 
 typedef struct cd_ru {
@@ -155,9 +166,14 @@ void cd_conv_pack(const cd_conv *cv, const float *w, float *packed);
 /* x [cin][L] -> y [cout][L_out]; L must be a multiple of stride for strided convs. */
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
                          drama_error *err);
+/* the same with a fused epilogue: y = res + snake(conv(x)) (snake, res NULL: left out; res may
+ * be y; res only for convs that are not transposed) */
+drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
+                            const float *res, dr_pool *pool, drama_error *err);
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
 void cd_snake_prepare(cd_snake *s, double eps); /* s->inv = 1 / (alpha + eps) in fp32 */
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
+void cd_snake_apply(const cd_snake *s, const float *x, float *y, int64_t L, dr_pool *pool); /* y = snake(x) */
 /* ConvNeXt LayerNorm over the C channels of each time step of x [C][L], in place */
 void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps);
 void cd_tanh(const float *x, float *y, int64_t n); /* the decoder's last activation */

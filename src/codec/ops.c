@@ -1,34 +1,51 @@
 /* ops.c - codec convolutions and elementwise blocks (CODEC.md section 3) on [channels][time].
  *
- * Determinism rule (CODEC.md 6): every output value is one fixed-order sum (bias, then input
- * channels in order, taps in order), whatever the number of time steps in the call, the tile
+ * Determinism rule (CODEC.md 6): every output value is one fixed-order sum (input channels in
+ * order, taps in order, then + bias), whatever the number of time steps in the call, the tile
  * it falls in or the thread that computes it. Vectorisation runs across time steps or across
- * output channels, never across a sum. History columns make a call on a chunk equal to the same call on the
- * whole sequence. */
+ * output channels, never across a sum. History columns make a call on a chunk equal to the same
+ * call on the whole sequence. The portable kernels here are the reference (products and sums
+ * rounded apart: -ffp-contract=off); the AVX2 and AVX-512 kernels (conv_x86.c) run the same
+ * sums as FMA chains. One instruction set is picked per conv at load (cd_isa_best). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "codec/internal.h"
+#include "codec/kernels.h"
 
 #define VW 8     /* time steps per register block */
-#define TT 256   /* time steps per task */
+#define TT 256   /* time steps per layer-norm block */
 #define OB CD_WPACK /* output channels per packed weight block */
 
 typedef float v8 __attribute__((vector_size(VW * sizeof(float)))); /* GNU vector: SSE pairs or AVX */
 
-typedef struct conv_job {
-    const float *w;  /* packed: [cout/OB][cin_g][k][OB] (cd_pack_weights) */
-    const float *b;  /* [cout] or NULL */
-    int cin, cout, k, dil, stride, groups;
-    const float *x;  /* [cin][lx] with history in front */
-    int64_t lx;
-    float *y;        /* y[o * ldy + t * ystep + yoff] */
-    int64_t ldy, ystep, yoff;
-    int64_t ly;      /* output steps */
-    int64_t n_tiles;
-} conv_job;
+static int isa_detect(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return CD_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CD_ISA_AVX2;
+#endif
+    return CD_ISA_PORTABLE;
+}
+
+static const char *const isa_names[CD_ISA_COUNT] = {"portable", "avx2", "avx512"};
+
+const char *cd_isa_name(int isa) { return isa >= 0 && isa < CD_ISA_COUNT ? isa_names[isa] : "?"; }
+
+int cd_isa_supported(int isa) { return isa >= CD_ISA_PORTABLE && isa <= isa_detect(); }
+
+int cd_isa_best(void) {
+    static int best = -1; /* the CPU and the environment do not change while the process runs */
+    if (best >= 0) return best;
+    int b = isa_detect();
+    const char *e = getenv("DRAMA_CODEC_ISA");
+    for (int i = 0; e && i < CD_ISA_COUNT; i++)
+        if (!strcmp(e, isa_names[i]) && i <= b) b = i;
+    return best = b;
+}
 
 void cd_pack_weights(const float *w, float *packed, int cout, int cin_g, int k) {
     int64_t row = (int64_t)cin_g * k;
@@ -43,7 +60,7 @@ float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk) 
 
 void cd_conv_init(cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed) {
     *cv = (cd_conv){.cin = cin, .cout = cout, .k = k, .dil = dil, .stride = stride, .groups = groups,
-                    .transposed = transposed, .state = -1};
+                    .transposed = transposed, .state = -1, .isa = cd_isa_best()};
     if (transposed) {
         cv->hist = (k + stride - 1) / stride - 1; /* inputs that still reach the next outputs */
     } else {
@@ -79,10 +96,24 @@ void cd_conv_pack(const cd_conv *cv, const float *w, float *packed) {
     }
 }
 
+static inline float snake1(float v, float alpha, float inv) {
+    float s = sinf(alpha * v);
+    return v + inv * (s * s);
+}
+
+/* the portable epilogue: + bias, fused Snake, residual, store */
+static inline __attribute__((always_inline)) void put(const cd_conv_job *j, int o, int64_t t, float a) {
+    float v = a + (j->b ? j->b[o] : 0.0f);
+    if (j->snake) v = snake1(v, j->snake->alpha[o], j->snake->inv[o]);
+    int64_t at = (int64_t)o * j->ldy + j->yoff + t * j->ystep;
+    if (j->res) v = j->res[at] + v;
+    j->y[at] = v;
+}
+
 /* nt output steps from t0 (any stride, groups 1), vectorised across the OB outputs of block ob:
  * each lane runs the plain per-output sum in order, so a value equals the scalar loop's. Inlined
  * into each caller's clone. */
-static inline __attribute__((always_inline)) void steps_across_outputs(const conv_job *j, int ob, int64_t t0,
+static inline __attribute__((always_inline)) void steps_across_outputs(const cd_conv_job *j, int ob, int64_t t0,
                                                                        int64_t nt) {
     int cin = j->cin, K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
     const float *wb = j->w + (int64_t)ob * cin * K * OB;
@@ -97,10 +128,7 @@ static inline __attribute__((always_inline)) void steps_across_outputs(const con
                 acc = acc + wv * xr[(int64_t)k * d];
             }
         }
-        for (int r = 0; r < no; r++) {
-            float b = j->b ? j->b[o0 + r] : 0.0f;
-            j->y[(int64_t)(o0 + r) * j->ldy + j->yoff + (t0 + t) * j->ystep] = acc[r] + b;
-        }
+        for (int r = 0; r < no; r++) put(j, o0 + r, t0 + t, acc[r]);
     }
 }
 
@@ -115,7 +143,7 @@ static inline __attribute__((always_inline)) void steps_across_outputs(const con
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__AVX2__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void conv_block_s1(const conv_job *j, int ob, int64_t t0, int64_t nt) {
+static void conv_block_s1(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
     int cin = j->cin, K = j->k, d = j->dil, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
     const float *wb = j->w + (int64_t)ob * cin * K * OB;
     int64_t t = 0;
@@ -137,31 +165,26 @@ static void conv_block_s1(const conv_job *j, int ob, int64_t t0, int64_t nt) {
                 }
             }
             v8 acc[4] = {a0, a1, a2, a3};
-            for (int r = 0; r < 4 && h + r < no; r++) {
-                float b = j->b ? j->b[o0 + h + r] : 0.0f;
-                float *yr = j->y + (int64_t)(o0 + h + r) * j->ldy + j->yoff;
-                for (int e = 0; e < VW; e++) yr[(t0 + t + e) * j->ystep] = acc[r][e] + b;
-            }
+            for (int r = 0; r < 4 && h + r < no; r++)
+                for (int e = 0; e < VW; e++) put(j, o0 + h + r, t0 + t + e, acc[r][e]);
         }
     }
     steps_across_outputs(j, ob, t0 + t, nt - t);
 }
 
 /* General case (strides, groups): a plain loop with the same per-output order. */
-static void conv_block_generic(const conv_job *j, int ob, int64_t t0, int64_t nt) {
+static void conv_block_generic(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
     int cin_g = j->cin / j->groups, cout_g = j->cout / j->groups;
     int K = j->k, d = j->dil, s = j->stride, o0 = ob * OB, no = j->cout - o0 < OB ? j->cout - o0 : OB;
     for (int r = 0; r < no; r++) {
         int o = o0 + r, g = o / cout_g;
-        float b = j->b ? j->b[o] : 0.0f;
-        float *yr = j->y + (int64_t)o * j->ldy + j->yoff;
         for (int64_t t = 0; t < nt; t++) {
             float a = 0.0f;
             for (int i = 0; i < cin_g; i++) {
                 const float *xr = j->x + (int64_t)(g * cin_g + i) * j->lx + (t0 + t) * s;
                 for (int k = 0; k < K; k++) a = a + cd_weight_at(j->w, cin_g, K, o, i, k) * xr[(int64_t)k * d];
             }
-            yr[(t0 + t) * j->ystep] = a + b;
+            put(j, o, t0 + t, a);
         }
     }
 }
@@ -170,32 +193,45 @@ static void conv_block_generic(const conv_job *j, int ob, int64_t t0, int64_t nt
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__AVX2__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void conv_block_strided(const conv_job *j, int ob, int64_t t0, int64_t nt) { steps_across_outputs(j, ob, t0, nt); }
+static void conv_block_strided(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { steps_across_outputs(j, ob, t0, nt); }
+
+/* one conv call: n_phase output phases (transposed convs; 1 otherwise) x weight blocks x tiles */
+typedef struct conv_run {
+    cd_conv_job j;
+    int isa, n_phase;
+    int64_t phase_len; /* floats of packed weights per phase */
+    int64_t n_ob, n_tiles;
+} conv_run;
 
 static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
-    const conv_job *j = ctx;
-    int64_t ob = idx / j->n_tiles, tile = idx % j->n_tiles;
-    int64_t t0 = tile * TT, nt = j->ly - t0 < TT ? j->ly - t0 : TT;
-    if (j->stride == 1 && j->groups == 1) conv_block_s1(j, (int)ob, t0, nt);
-    else if (j->groups == 1) conv_block_strided(j, (int)ob, t0, nt);
-    else conv_block_generic(j, (int)ob, t0, nt);
-}
-
-static void run_job(conv_job *j, dr_pool *pool) {
-    j->n_tiles = (j->ly + TT - 1) / TT;
-    int64_t n_ob = (j->cout + OB - 1) / OB;
-    dr_pool_run(pool, n_ob * j->n_tiles, conv_task, j);
+    const conv_run *cr = ctx;
+    int64_t per_phase = cr->n_ob * cr->n_tiles, q = idx / per_phase, rest = idx % per_phase;
+    int64_t ob = rest / cr->n_tiles, tile = rest % cr->n_tiles;
+    cd_conv_job j = cr->j;
+    j.w += q * cr->phase_len;
+    j.yoff = q;
+    int64_t t0 = tile * CD_TILE, nt = j.ly - t0 < CD_TILE ? j.ly - t0 : CD_TILE;
+    if (j.stride == 1 && j.groups == 1) {
+        if (cr->isa == CD_ISA_AVX512) cd_conv_tile_avx512(&j, (int)ob, t0, nt);
+        else if (cr->isa == CD_ISA_AVX2) cd_conv_tile_avx2(&j, (int)ob, t0, nt);
+        else conv_block_s1(&j, (int)ob, t0, nt);
+    } else if (j.groups == 1) {
+        conv_block_strided(&j, (int)ob, t0, nt);
+    } else {
+        conv_block_generic(&j, (int)ob, t0, nt);
+    }
 }
 
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L) { return cv->transposed ? L * cv->stride : L / cv->stride; }
 
-drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
-                         drama_error *err) {
+drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
+                            const float *res, dr_pool *pool, drama_error *err) {
     if (L <= 0) return DRAMA_OK;
     if (!cv->transposed && L % cv->stride)
         return dr_fail(err, DRAMA_EINTERNAL, "codec: conv input length %lld not a multiple of stride %d", (long long)L,
                        cv->stride);
+    if (res && cv->transposed) return dr_fail(err, DRAMA_EINTERNAL, "codec: residual on a transposed conv");
     int64_t lx = L + cv->hist;
     const float *xin = x;
     float *buf = NULL;
@@ -209,23 +245,23 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
         }
         xin = buf;
     }
-    conv_job j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = lx, .y = y};
+    conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = lx, .y = y, .snake = snake,
+                         .res = res, .plant = cv->plant, .w = cv->w},
+                   .isa = cv->isa, .n_phase = 1};
     if (cv->transposed) {
         /* phase q of the output (samples j*s + q) is a stride-1 conv of the input with the taps
          * q + r*s (re-laid at load as cv->w[q]: [cout][cin][R], tap order oldest input first) */
         int s = cv->stride, R = (cv->k + s - 1) / s;
-        j.k = R, j.dil = 1, j.stride = 1, j.groups = 1;
-        j.ly = L, j.ldy = L * s, j.ystep = s;
-        for (int q = 0; q < s; q++) {
-            j.w = cv->w + (int64_t)q * cd_packed_len(cv->cout, cv->cin, R);
-            j.yoff = q;
-            run_job(&j, pool);
-        }
+        cr.j.k = R, cr.j.dil = 1, cr.j.stride = 1, cr.j.groups = 1;
+        cr.j.ly = L, cr.j.ldy = L * s, cr.j.ystep = s;
+        cr.n_phase = s, cr.phase_len = cd_packed_len(cv->cout, cv->cin, R);
     } else {
-        j.w = cv->w, j.k = cv->k, j.dil = cv->dil, j.stride = cv->stride, j.groups = cv->groups;
-        j.ly = L / cv->stride, j.ldy = j.ly, j.ystep = 1, j.yoff = 0;
-        run_job(&j, pool);
+        cr.j.k = cv->k, cr.j.dil = cv->dil, cr.j.stride = cv->stride, cr.j.groups = cv->groups;
+        cr.j.ly = L / cv->stride, cr.j.ldy = cr.j.ly, cr.j.ystep = 1;
     }
+    cr.n_tiles = (cr.j.ly + CD_TILE - 1) / CD_TILE;
+    cr.n_ob = (cv->cout + OB - 1) / OB;
+    dr_pool_run(pool, cr.n_phase * cr.n_ob * cr.n_tiles, conv_task, &cr);
     if (cv->hist > 0) { /* keep the last hist input columns for the next call */
         for (int i = 0; i < cv->cin; i++)
             memcpy(hist + (int64_t)i * cv->hist, buf + (int64_t)i * lx + L, (size_t)cv->hist * sizeof(float));
@@ -234,9 +270,15 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
     return DRAMA_OK;
 }
 
+drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
+                         drama_error *err) {
+    return cd_conv_run_ex(cv, hist, x, L, y, NULL, NULL, pool, err);
+}
+
 typedef struct snake_job {
     const cd_snake *s;
-    float *x;
+    const float *x;
+    float *y;
     int64_t L;
 } snake_job;
 
@@ -244,21 +286,25 @@ static void snake_task(void *ctx, int64_t c, int worker) {
     (void)worker;
     const snake_job *j = ctx;
     float a = j->s->alpha[c], inv = j->s->inv[c];
-    float *x = j->x + c * j->L;
-    for (int64_t t = 0; t < j->L; t++) {
-        float v = sinf(a * x[t]);
-        x[t] = x[t] + inv * (v * v);
-    }
+    const float *x = j->x + c * j->L;
+    float *y = j->y + c * j->L;
+    if (j->s->isa == CD_ISA_AVX512) cd_snake_row_avx512(a, inv, x, y, j->L, j->s->plant);
+    else if (j->s->isa == CD_ISA_AVX2) cd_snake_row_avx2(a, inv, x, y, j->L, j->s->plant);
+    else
+        for (int64_t t = 0; t < j->L; t++) y[t] = snake1(x[t], a, inv);
 }
 
 void cd_snake_prepare(cd_snake *s, double eps) {
     for (int i = 0; i < s->c; i++) s->inv[i] = 1.0f / (s->alpha[i] + (float)eps); /* fp32, as the reference */
+    s->isa = cd_isa_best();
 }
 
-void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool) {
-    snake_job j = {s, x, L};
+void cd_snake_apply(const cd_snake *s, const float *x, float *y, int64_t L, dr_pool *pool) {
+    snake_job j = {s, x, y, L};
     dr_pool_run(pool, s->c, snake_task, &j);
 }
+
+void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool) { cd_snake_apply(s, x, x, L, pool); }
 
 static float *tmp(int64_t c, int64_t L) {
     size_t bytes;
@@ -266,23 +312,18 @@ static float *tmp(int64_t c, int64_t L) {
     return dr_alloc(bytes ? bytes : 4);
 }
 
+/* x + conv2(snake2(conv1(snake1(x)))): snake2 fused into conv1's output, the residual add into conv2's */
 drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err) {
     int c = ru->c1.cin;
-    float *a = tmp(c, L), *b = tmp(ru->c1.cout, L), *y = tmp(ru->c2.cout, L);
+    float *a = tmp(c, L), *b = tmp(ru->c1.cout, L);
     drama_status rc = DRAMA_OK;
-    if (!a || !b || !y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (residual unit)");
+    if (!a || !b) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (residual unit)");
     if (!rc) {
-        memcpy(a, x, (size_t)c * (size_t)L * sizeof(float));
-        cd_snake_run(&ru->s1, a, L, pool);
-        rc = cd_conv_run(&ru->c1, cd_hist(hist, &ru->c1), a, L, b, pool, err);
+        cd_snake_apply(&ru->s1, x, a, L, pool);
+        rc = cd_conv_run_ex(&ru->c1, cd_hist(hist, &ru->c1), a, L, b, &ru->s2, NULL, pool, err);
     }
-    if (!rc) {
-        cd_snake_run(&ru->s2, b, L, pool);
-        rc = cd_conv_run(&ru->c2, cd_hist(hist, &ru->c2), b, L, y, pool, err);
-    }
-    if (!rc)
-        for (int64_t i = 0; i < (int64_t)c * L; i++) x[i] = x[i] + y[i];
-    dr_free(a), dr_free(b), dr_free(y);
+    if (!rc) rc = cd_conv_run_ex(&ru->c2, cd_hist(hist, &ru->c2), b, L, x, NULL, x, pool, err);
+    dr_free(a), dr_free(b);
     return rc;
 }
 

@@ -118,6 +118,7 @@ static void conv_lib(const conv_geo *g, int control, const float *w, float *b, c
             }
     cd_conv cv;
     cd_conv_init(&cv, g->cin, g->cout, K, g->dil + (control == CC_DIL), s, g->groups, g->transposed);
+    cv.isa = CD_ISA_PORTABLE;
     float *packed = dr_alloc((size_t)cd_conv_weight_len(&cv) * sizeof(float));
     float *hist = calloc((size_t)g->cin * (size_t)cv.hist + 1, sizeof(float));
     float *xc = fvec((int64_t)g->cin * g->L), *yc = fvec((int64_t)g->cout * Lo);
@@ -209,8 +210,9 @@ static void snake_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     if (C > 1)
         for (int64_t t = 0; t < L; t++) x[L + t] *= 1e9f; /* alpha x of order 1 in that channel */
     if (kind == X_NONFINITE && C > 4) x[3 * L + L / 2] = NAN, x[4 * L + L - 1] = INFINITY;
-    cd_snake sn = {C, inv, alpha};
+    cd_snake sn = {.c = C, .inv = inv, .alpha = alpha};
     cd_snake_prepare(&sn, eps);
+    sn.isa = CD_ISA_PORTABLE;
     for (int c = 0; c < C; c++) {
         if (k->control == CC_SNAKE_ALPHA) inv[c] = alpha[c];           /* planted: alpha, not 1/(alpha+eps) */
         if (k->control == CC_SNAKE_NO_EPS) inv[c] = 1.0f / alpha[c];   /* planted: epsilon left out */
@@ -701,7 +703,7 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
         for (int64_t i = 0; i < cd_conv_weight_len(&cv); i++) packed[i] = 0.01f * (float)(i % 13);
         cv.w = packed;
     }
-    cd_snake sn = {64, b, a};
+    cd_snake sn = {.c = 64, .inv = b, .alpha = a};
     dr_codec_tf_config cf = {.n_head = 16, .head_dim = 64, .window_size = 128, .rope_base = 10000, .rope_bf16 = 1};
     cd_vq q = {.n = 4096, .dim = 8, .cb_hat = c, .cb_hat_sq = a};
     double best = INFINITY;

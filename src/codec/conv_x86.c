@@ -1,0 +1,263 @@
+/* conv_x86.c - AVX2/FMA and AVX-512 conv and Snake kernels of the codec (kernels.h).
+ *
+ * A conv tile keeps a block of outputs x time steps in registers (AVX-512: 8 outputs x 48 steps,
+ * 24 accumulators; AVX2: 4 outputs x 24 steps, 12) and runs over input channels, then taps: per
+ * tap it loads the time vectors once and broadcasts each output's weight, so it is bound by the
+ * FMA units, not by loads. Remainders use masked loads and stores of the same code, so every
+ * output is the same FMA chain wherever it falls. Functions carry their own target attribute
+ * and only run where ops.c found the instruction set (cd_isa_best). */
+#include <math.h>
+#include <string.h>
+
+#include "codec/kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T2 __attribute__((target("avx2,fma")))
+#define T5 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+#define INL static inline __attribute__((always_inline))
+
+/* sin(y)^2 = sin(r)^2 or cos(r)^2 for y = n pi/2 + r, |r| <= pi/4 (three-part pi/2, minimax
+ * polynomials of sin and cos on [-pi/4, pi/4]); lanes past 8192 or non-finite go to libm. */
+#define PIO2_1 1.5707963705062866f
+#define PIO2_2 -4.371138828673793e-08f
+#define PIO2_3 -1.7151245100058819e-15f
+#define TWO_OVER_PI 0.6366197466850281f
+#define S1 -1.6666654611e-1f
+#define S2 8.3321608736e-3f
+#define S3 -1.9515295891e-4f
+#define C1 4.166664568298827e-2f
+#define C2 -1.388731625493765e-3f
+#define C3 2.443315711809948e-5f
+#define BIG 8192.0f
+
+static float sin2_libm(float y) {
+    float s = sinf(y);
+    return s * s;
+}
+
+T5 INL __m512 snake512(__m512 v, __m512 alpha, __m512 inv, int plant) {
+    __m512 y = _mm512_mul_ps(alpha, v);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(TWO_OVER_PI)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(PIO2_1), y);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(PIO2_2), r);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(PIO2_3), r);
+    __m512 r2 = _mm512_mul_ps(r, r);
+    __m512 ps = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(S3), r2, _mm512_set1_ps(S2)), r2, _mm512_set1_ps(S1));
+    __m512 s = _mm512_fmadd_ps(_mm512_mul_ps(r, r2), ps, r);
+    __m512 pc = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(C3), r2, _mm512_set1_ps(C2)), r2, _mm512_set1_ps(C1));
+    __m512 c = _mm512_fmadd_ps(_mm512_mul_ps(r2, r2), pc, _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), r2, _mm512_set1_ps(1.0f)));
+    __m512i q = _mm512_xor_si512(_mm512_cvtps_epi32(n), _mm512_set1_epi32(plant == CD_PLANT_PARITY));
+    __mmask16 odd = _mm512_test_epi32_mask(q, _mm512_set1_epi32(1));
+    __m512 sv = _mm512_mask_blend_ps(odd, s, c);
+    __m512 sq = _mm512_mul_ps(sv, sv);
+    __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(y), _mm512_set1_ps(BIG), _CMP_GT_OQ);
+    if (big) {
+        float yl[16], sl[16];
+        _mm512_storeu_ps(yl, y);
+        _mm512_storeu_ps(sl, sq);
+        for (int e = 0; e < 16; e++)
+            if (big >> e & 1) sl[e] = sin2_libm(yl[e]);
+        sq = _mm512_loadu_ps(sl);
+    }
+    return _mm512_fmadd_ps(inv, sq, v);
+}
+
+T2 INL __m256 snake256(__m256 v, __m256 alpha, __m256 inv, int plant) {
+    __m256 y = _mm256_mul_ps(alpha, v);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps(TWO_OVER_PI)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(PIO2_1), y);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(PIO2_2), r);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(PIO2_3), r);
+    __m256 r2 = _mm256_mul_ps(r, r);
+    __m256 ps = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(S3), r2, _mm256_set1_ps(S2)), r2, _mm256_set1_ps(S1));
+    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(r, r2), ps, r);
+    __m256 pc = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(C3), r2, _mm256_set1_ps(C2)), r2, _mm256_set1_ps(C1));
+    __m256 c = _mm256_fmadd_ps(_mm256_mul_ps(r2, r2), pc, _mm256_fnmadd_ps(_mm256_set1_ps(0.5f), r2, _mm256_set1_ps(1.0f)));
+    __m256i q = _mm256_xor_si256(_mm256_cvtps_epi32(n), _mm256_set1_epi32(plant == CD_PLANT_PARITY));
+    __m256 odd = _mm256_castsi256_ps(_mm256_slli_epi32(q, 31)); /* sign bit = parity */
+    __m256 sv = _mm256_blendv_ps(s, c, odd);
+    __m256 sq = _mm256_mul_ps(sv, sv);
+    __m256 ay = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), y);
+    int big = _mm256_movemask_ps(_mm256_cmp_ps(ay, _mm256_set1_ps(BIG), _CMP_GT_OQ));
+    if (big) {
+        float yl[8], sl[8];
+        _mm256_storeu_ps(yl, y);
+        _mm256_storeu_ps(sl, sq);
+        for (int e = 0; e < 8; e++)
+            if (big >> e & 1) sl[e] = sin2_libm(yl[e]);
+        sq = _mm256_loadu_ps(sl);
+    }
+    return _mm256_fmadd_ps(inv, sq, v);
+}
+
+/* ---- AVX-512 ---- */
+
+T5 INL __mmask16 mask16(int64_t rem) { return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0; }
+
+/* bias, fused Snake and residual, then the store of lanes m of output o at steps t.. */
+T5 INL void put512(const cd_conv_job *j, int o, int64_t t, __m512 a, __mmask16 m) {
+    __m512 v = _mm512_add_ps(a, _mm512_set1_ps(j->b ? j->b[o] : 0.0f));
+    if (j->snake) v = snake512(v, _mm512_set1_ps(j->snake->alpha[o]), _mm512_set1_ps(j->snake->inv[o]), j->plant);
+    float *y = j->y + (int64_t)o * j->ldy + j->yoff;
+    if (j->res) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->res + (int64_t)o * j->ldy + j->yoff + t), v);
+    if (j->ystep == 1) {
+        _mm512_mask_storeu_ps(y + t, m, v);
+    } else {
+        float l[16];
+        _mm512_storeu_ps(l, v);
+        for (int e = 0; e < 16; e++)
+            if (m >> e & 1) y[(t + e) * j->ystep] = l[e];
+    }
+}
+
+/* NV vectors of 16 steps from t (n of them valid) for the 8 outputs of block ob. The 24
+ * accumulators are named variables (an array would live on the stack). */
+#define R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const int NV) {
+    int cin = j->cin, K = j->k, d = j->dil, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+    const float *wb = j->w + (int64_t)ob * cin * K * 8;
+    __mmask16 m0 = mask16(n), m1 = mask16(n - 16), m2 = mask16(n - 32);
+#define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
+    R8(DECL)
+#undef DECL
+    for (int i = 0; i < cin; i++) {
+        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *wr = wb + (int64_t)i * K * 8;
+        int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
+        for (int k = 0; k < kend; k++) {
+            const float *xk = xr + (int64_t)k * d, *w8 = wr + (int64_t)k * 8;
+            __m512 x0 = _mm512_maskz_loadu_ps(m0, xk), x1 = x0, x2 = x0;
+            if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1, xk + 16);
+            if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);
+#define FMA(r)                                                          \
+    {                                                                   \
+        __m512 wv = _mm512_set1_ps(w8[r]);                              \
+        a##r##0 = _mm512_fmadd_ps(wv, x0, a##r##0);                     \
+        if (NV > 1) a##r##1 = _mm512_fmadd_ps(wv, x1, a##r##1);         \
+        if (NV > 2) a##r##2 = _mm512_fmadd_ps(wv, x2, a##r##2);         \
+    }
+            R8(FMA)
+#undef FMA
+        }
+    }
+#define PUT(r)                                                          \
+    if (r < no) {                                                       \
+        put512(j, o0 + r, t, a##r##0, m0);                              \
+        if (NV > 1) put512(j, o0 + r, t + 16, a##r##1, m1);             \
+        if (NV > 2) put512(j, o0 + r, t + 32, a##r##2, m2);             \
+    }
+    R8(PUT)
+#undef PUT
+}
+
+T5 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+    int64_t t = 0;
+    for (; t + 48 <= nt; t += 48) block512(j, ob, t0 + t, 48, 3);
+    int64_t rem = nt - t;
+    if (rem > 32) block512(j, ob, t0 + t, rem, 3);
+    else if (rem > 16) block512(j, ob, t0 + t, rem, 2);
+    else if (rem > 0) block512(j, ob, t0 + t, rem, 1);
+}
+
+T5 void cd_snake_row_avx512(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
+    __m512 a = _mm512_set1_ps(alpha), iv = _mm512_set1_ps(inv);
+    for (int64_t t = 0; t < L; t += 16) {
+        __mmask16 m = mask16(L - t);
+        _mm512_mask_storeu_ps(y + t, m, snake512(_mm512_maskz_loadu_ps(m, x + t), a, iv, plant));
+    }
+}
+
+/* ---- AVX2 ---- */
+
+T2 INL __m256i mask8(int64_t rem) {
+    int64_t c = rem < 0 ? 0 : rem > 8 ? 8 : rem;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, int64_t n) {
+    __m256 v = _mm256_add_ps(a, _mm256_set1_ps(j->b ? j->b[o] : 0.0f));
+    if (j->snake) v = snake256(v, _mm256_set1_ps(j->snake->alpha[o]), _mm256_set1_ps(j->snake->inv[o]), j->plant);
+    float *y = j->y + (int64_t)o * j->ldy + j->yoff;
+    if (j->res) v = _mm256_add_ps(_mm256_maskload_ps(j->res + (int64_t)o * j->ldy + j->yoff + t, m), v);
+    if (j->ystep == 1) {
+        _mm256_maskstore_ps(y + t, m, v);
+    } else {
+        float l[8];
+        _mm256_storeu_ps(l, v);
+        for (int e = 0; e < 8 && e < n; e++) y[(t + e) * j->ystep] = l[e];
+    }
+}
+
+/* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block) */
+#define R4(X) X(0) X(1) X(2) X(3)
+T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, const int NV, const int FULL) {
+    int cin = j->cin, K = j->k, d = j->dil, o0 = ob * 8 + h;
+    int no = j->cout - o0 < 4 ? j->cout - o0 : 4;
+    const float *wb = j->w + (int64_t)ob * cin * K * 8 + h;
+    __m256i m0 = mask8(n), m1 = mask8(n - 8), m2 = mask8(n - 16);
+#define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
+    R4(DECL)
+#undef DECL
+    for (int i = 0; i < cin; i++) {
+        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *wr = wb + (int64_t)i * K * 8;
+        int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
+        for (int k = 0; k < kend; k++) {
+            const float *xk = xr + (int64_t)k * d, *w4 = wr + (int64_t)k * 8;
+            __m256 x0, x1, x2; /* full blocks: plain loads (the masks would spill a register) */
+            x0 = FULL ? _mm256_loadu_ps(xk) : _mm256_maskload_ps(xk, m0), x1 = x2 = x0;
+            if (NV > 1) x1 = FULL ? _mm256_loadu_ps(xk + 8) : _mm256_maskload_ps(xk + 8, m1);
+            if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);
+#define FMA(r)                                                          \
+    {                                                                   \
+        __m256 wv = _mm256_broadcast_ss(w4 + r);                        \
+        a##r##0 = _mm256_fmadd_ps(wv, x0, a##r##0);                     \
+        if (NV > 1) a##r##1 = _mm256_fmadd_ps(wv, x1, a##r##1);         \
+        if (NV > 2) a##r##2 = _mm256_fmadd_ps(wv, x2, a##r##2);         \
+    }
+            R4(FMA)
+#undef FMA
+        }
+    }
+#define PUT(r)                                                          \
+    if (r < no) {                                                       \
+        put256(j, o0 + r, t, a##r##0, m0, n);                           \
+        if (NV > 1) put256(j, o0 + r, t + 8, a##r##1, m1, n - 8);       \
+        if (NV > 2) put256(j, o0 + r, t + 16, a##r##2, m2, n - 16);     \
+    }
+    R4(PUT)
+#undef PUT
+}
+
+T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+    for (int h = 0; h < 8 && ob * 8 + h < j->cout; h += 4) {
+        int64_t t = 0;
+        for (; t + 24 <= nt; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1);
+        int64_t rem = nt - t;
+        if (rem > 16) block256(j, ob, h, t0 + t, rem, 3, 0);
+        else if (rem > 8) block256(j, ob, h, t0 + t, rem, 2, 0);
+        else if (rem > 0) block256(j, ob, h, t0 + t, rem, 1, 0);
+    }
+}
+
+T2 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
+    __m256 a = _mm256_set1_ps(alpha), iv = _mm256_set1_ps(inv);
+    for (int64_t t = 0; t < L; t += 8) {
+        __m256i m = mask8(L - t);
+        _mm256_maskstore_ps(y + t, m, snake256(_mm256_maskload_ps(x + t, m), a, iv, plant));
+    }
+}
+
+#else /* not x86-64: cd_isa_best never picks these */
+void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { (void)j, (void)ob, (void)t0, (void)nt; }
+void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { (void)j, (void)ob, (void)t0, (void)nt; }
+void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
+    (void)alpha, (void)inv, (void)x, (void)y, (void)L, (void)plant;
+}
+void cd_snake_row_avx512(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
+    (void)alpha, (void)inv, (void)x, (void)y, (void)L, (void)plant;
+}
+#endif
