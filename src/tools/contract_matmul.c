@@ -18,7 +18,9 @@ const char *const ct_matmul_names[CT_F_COUNT] = {"matmul.f32",         "matmul.f
                                                  "matmul.affine4",     "matmul.affine8",      "matmul.affine4_g32",
                                                  "matmul.affine4_g128", "matmul.affine8_g128"};
 
-enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL, C_GROUP_OFF_BY_ONE };
+/* C_VEC_PLANT: the real product through a vector path with a defect planted inside its loops
+ * (the path is in the variant, kernels.h DR_CPU_AVX2_PLANT*) */
+enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL, C_GROUP_OFF_BY_ONE, C_VEC_PLANT };
 
 /* ---- weights built from an fp32 source with the encoders; own their bytes ---- */
 
@@ -315,7 +317,7 @@ static void run_control(const dr_weight *w, const float *x, int64_t n, float *y,
 }
 
 static void run_kernel(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n, float *y) {
-    if (k->control)
+    if (k->control && k->control != C_VEC_PLANT)
         run_control(w, x, n, y, k->control);
     else
         dr_cpu_matmul_path(w, 0, w->rows, x, n, y, ctx->pool, (dr_cpu_path)(k->variant >> 8));
@@ -565,5 +567,21 @@ int ct_matmul_controls(ct_kernel *out, int max) {
         out[n] = (ct_kernel){.name = ct_matmul_names[c[i].f], .backend = "cpu/control", .precision = k_precision,
                              .check = check, .variant = c[i].f | (DR_CPU_PORTABLE << 8), .control = c[i].control,
                              .control_desc = c[i].desc};
+    /* defects inside the AVX2 loops themselves (matmul_avx2_plant*.c), where the CPU has them */
+    const struct { int f; dr_cpu_path path; const char *desc; } v[] = {
+        {CT_F_AFF4, DR_CPU_AVX2_PLANT1, "AVX2 fused loop: nibbles of each byte swapped"},
+        {CT_F_AFF4_G128, DR_CPU_AVX2_PLANT1, "AVX2 fused loop: nibbles of each byte swapped"},
+        {CT_F_FP8B, DR_CPU_AVX2_PLANT2, "AVX2 FP8 fast path: scale x2 in the loop"},
+        {CT_F_FP8T, DR_CPU_AVX2_PLANT2, "AVX2 FP8 fast path: scale x2 in the loop"},
+        {CT_F_NVFP4, DR_CPU_AVX2_PLANT3, "AVX2 NVFP4 table: magnitudes 1.0/1.5 swapped"},
+        {CT_F_BF16, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
+        {CT_F_F16, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
+        {CT_F_F32, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
+        {CT_F_AFF8, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
+    };
+    for (size_t i = 0; dr_cpu_best_path() == DR_CPU_AVX2 && i < sizeof v / sizeof v[0] && n < max; i++, n++)
+        out[n] = (ct_kernel){.name = ct_matmul_names[v[i].f], .backend = "cpu/avx2-control", .precision = k_precision,
+                             .check = check, .variant = v[i].f | ((int)v[i].path << 8), .control = C_VEC_PLANT,
+                             .control_desc = v[i].desc};
     return n;
 }

@@ -18,7 +18,13 @@
 typedef enum dr_cpu_path {
     DR_CPU_AUTO = -1,    /* best the running CPU supports */
     DR_CPU_PORTABLE = 0, /* plain C (fmaf) */
-    DR_CPU_AVX2 = 1      /* AVX2 + FMA + F16C, selected at run time */
+    DR_CPU_AVX2 = 1,     /* AVX2 + FMA + F16C, selected at run time */
+    /* the AVX2 loops with one defect planted inside them (matmul_avx2_plant*.c): only for the
+     * controls of `drama contract`, which must see them fail */
+    DR_CPU_AVX2_PLANT1 = 2, /* affine 4-bit fused loop: nibbles of each byte swapped */
+    DR_CPU_AVX2_PLANT2 = 3, /* FP8 fast path: scale off by a factor 2 */
+    DR_CPU_AVX2_PLANT3 = 4, /* NVFP4 block table: magnitudes 1.0 and 1.5 swapped */
+    DR_CPU_AVX2_PLANT4 = 5  /* canonical reduction drops the fourth accumulator */
 } dr_cpu_path;
 
 dr_cpu_path dr_cpu_best_path(void);
@@ -31,6 +37,25 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
 void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_path path);
 /* The canonical dot product through a path. */
 float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path path);
+
+/* One vector implementation's entry points (the real AVX2 one or a planted copy). */
+typedef struct dr_cpu_vec_fns {
+    void (*dequant_row)(const dr_weight *w, int64_t r, float *out);
+    int (*fused_row)(const dr_weight *w, int64_t r, const float *x, float *y);
+    int (*order_x)(const dr_weight *w, const float *x, float *xp);
+    void (*dot_rows)(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y, int64_t ldy);
+} dr_cpu_vec_fns;
+
+#define DR_CPU_VEC_DECLARE(prefix)                                                                          \
+    void prefix##_dequant_row(const dr_weight *w, int64_t r, float *out);                                   \
+    int prefix##_fused_row(const dr_weight *w, int64_t r, const float *x, float *y);                        \
+    int prefix##_order_x(const dr_weight *w, const float *x, float *xp);                                    \
+    void prefix##_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y, \
+                           int64_t ldy);
+DR_CPU_VEC_DECLARE(dr_cpu_avx2p1)
+DR_CPU_VEC_DECLARE(dr_cpu_avx2p2)
+DR_CPU_VEC_DECLARE(dr_cpu_avx2p3)
+DR_CPU_VEC_DECLARE(dr_cpu_avx2p4)
 
 /* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);

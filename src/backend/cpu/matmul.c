@@ -41,6 +41,10 @@ const char *dr_cpu_path_name(dr_cpu_path p) {
     switch (p) {
     case DR_CPU_PORTABLE: return "portable";
     case DR_CPU_AVX2: return "avx2";
+    case DR_CPU_AVX2_PLANT1:
+    case DR_CPU_AVX2_PLANT2:
+    case DR_CPU_AVX2_PLANT3:
+    case DR_CPU_AVX2_PLANT4: return "avx2-planted";
     default: return "auto";
     }
 }
@@ -60,22 +64,33 @@ static float dot_portable(const float *x, const float *w, int64_t len) {
 static dr_cpu_path resolve(dr_cpu_path path) {
     dr_cpu_path best = dr_cpu_best_path();
     if (path == DR_CPU_AUTO) return best;
-    if (path == DR_CPU_AVX2 && best != DR_CPU_AVX2) return DR_CPU_PORTABLE;
+    if (path >= DR_CPU_AVX2 && best != DR_CPU_AVX2) return DR_CPU_PORTABLE;
     return path;
 }
 
+#define VEC_FNS(prefix) {prefix##_dequant_row, prefix##_fused_row, prefix##_order_x, prefix##_dot_rows}
+static const dr_cpu_vec_fns k_vec[] = {VEC_FNS(dr_cpu_avx2), VEC_FNS(dr_cpu_avx2p1), VEC_FNS(dr_cpu_avx2p2),
+                                       VEC_FNS(dr_cpu_avx2p3), VEC_FNS(dr_cpu_avx2p4)};
+
+/* the vector entry points of a resolved path; NULL for the portable one */
+static const dr_cpu_vec_fns *vec_of(dr_cpu_path p) {
+    return p >= DR_CPU_AVX2 && p <= DR_CPU_AVX2_PLANT4 ? &k_vec[p - DR_CPU_AVX2] : NULL;
+}
+
 float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path path) {
-    if (resolve(path) == DR_CPU_AVX2) {
+    const dr_cpu_vec_fns *v = vec_of(resolve(path));
+    if (v) {
         float y;
-        dr_cpu_avx2_dot_rows(x, len, 1, w, len, &y, 1);
+        v->dot_rows(x, len, 1, w, len, &y, 1);
         return y;
     }
     return dot_portable(x, w, len);
 }
 
 void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_path path) {
-    if (resolve(path) == DR_CPU_AVX2)
-        dr_cpu_avx2_dequant_row(w, r, out);
+    const dr_cpu_vec_fns *v = vec_of(resolve(path));
+    if (v)
+        v->dequant_row(w, r, out);
     else
         dr_weight_dequant_row(w, r, out);
 }
@@ -98,18 +113,18 @@ typedef struct mm_job {
     float *scratch;   /* per worker: MM_ROWS dequantised rows (one when n == 1) */
     int64_t ld_scratch;
     int rows_per_task;
-    dr_cpu_path path;
+    const dr_cpu_vec_fns *vec; /* NULL: portable */
 } mm_job;
 
 static void dequant(const mm_job *j, int64_t r, float *out) {
-    if (j->path == DR_CPU_AVX2) dr_cpu_avx2_dequant_row(j->w, r, out);
+    if (j->vec) j->vec->dequant_row(j->w, r, out);
     else dr_weight_dequant_row(j->w, r, out);
 }
 
 /* y[b * ldy] = dot(x_b, wrow) for the nb activation rows starting at x */
 static void dots(const mm_job *j, const float *x, int64_t nb, const float *wrow, float *y) {
     int64_t cols = j->w->cols;
-    if (j->path == DR_CPU_AVX2) dr_cpu_avx2_dot_rows(x, cols, nb, wrow, cols, y, j->ldy);
+    if (j->vec) j->vec->dot_rows(x, cols, nb, wrow, cols, y, j->ldy);
     else
         for (int64_t b = 0; b < nb; b++) y[b * j->ldy] = dot_portable(x + b * cols, wrow, cols);
 }
@@ -124,7 +139,7 @@ static void mm_task(void *ctx, int64_t t, int worker) {
     float *buf = j->scratch + (size_t)worker * (size_t)j->rows_per_task * (size_t)j->ld_scratch;
     if (j->n == 1) {
         for (int64_t i = i0; i < i1; i++) {
-            if (j->path == DR_CPU_AVX2 && dr_cpu_avx2_fused_row(j->w, j->r0 + i, j->x_fused, j->y + i)) continue;
+            if (j->vec && j->vec->fused_row(j->w, j->r0 + i, j->x_fused, j->y + i)) continue;
             dequant(j, j->r0 + i, buf);
             dots(j, j->x, 1, buf, j->y + i);
         }
@@ -143,7 +158,7 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     if (!w || n <= 0 || r1 <= r0) return;
     int threads = pool ? dr_pool_threads(pool) : 1;
     if (threads < 1) threads = 1;
-    mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .path = resolve(path)};
+    mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .vec = vec_of(resolve(path))};
     j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each row on its own cache lines */
     /* at most 64 KiB of rows per worker: stays in L2 and below malloc's mmap threshold, which
      * matters when callers (the MoE) issue many small products */
@@ -160,7 +175,7 @@ void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float 
     }
     /* the last row of scratch (4 bytes per element of the +4 above) holds the reordered x */
     float *xo = j.scratch + (size_t)threads * (size_t)j.rows_per_task * (size_t)j.ld_scratch;
-    j.x_fused = n == 1 && j.path == DR_CPU_AVX2 && dr_cpu_avx2_order_x(w, x, xo) ? xo : x;
+    j.x_fused = n == 1 && j.vec && j.vec->order_x(w, x, xo) ? xo : x;
     dr_pool_run_work(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j,
                      (double)j.nrows * (double)w->cols * (double)n);
     dr_free(j.scratch);

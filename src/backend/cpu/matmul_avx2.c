@@ -6,6 +6,13 @@
  * (tests/unit/test_kernels_fastpaths.c probes each switch). */
 #include "backend/cpu/kernels.h"
 
+/* matmul_avx2_plant*.c compile this file again with PLANT = 1..4 (a defect inside the vector
+ * loops, for `drama contract`'s controls) under the names AVX2_NAME gives them. */
+#ifndef AVX2_NAME
+#define AVX2_NAME(f) dr_cpu_avx2_##f
+#define PLANT 0
+#endif
+
 #include <math.h>
 #include <string.h>
 
@@ -79,7 +86,8 @@ TGT static inline __m256 e2m1x8(__m256i code) {
  * the negative code whenever it is not NaN (callers fall back when g is not finite or a block
  * scale is a NaN code, the only ways to get a NaN). */
 TGT static inline __m256 nvfp4_table(uint8_t scale_code, __m256 vg) {
-    const __m256 mags = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256 mags = PLANT == 3 ? _mm256_setr_ps(0.0f, 0.5f, 1.5f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f)
+                                   : _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
     const __m256i idx_bits = _mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28, 6 << 28, 7 << 28);
     __m256 t = _mm256_mul_ps(_mm256_mul_ps(mags, _mm256_set1_ps(dr_ue4m3_to_f32(scale_code))), vg);
     return _mm256_xor_ps(t, _mm256_castsi256_ps(idx_bits));
@@ -128,7 +136,7 @@ static void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, f
     }
 }
 
-TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
+TGT void AVX2_NAME(dequant_row)(const dr_weight *w, int64_t r, float *out) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols;
     switch (w->fmt) {
@@ -173,7 +181,7 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
                 /* fast path: the code bits placed into the fp32 field times (2^120 s). 2^120 s is
                  * exact here, and e4m3 * (2^120 s) is the same real number as (e4m3 * 2^120) * s, so
                  * the single rounding gives the reference's bits. */
-                __m256 vs = _mm256_set1_ps(s * 0x1p120f);
+                __m256 vs = _mm256_set1_ps(s * (PLANT == 2 ? 0x1p121f : 0x1p120f));
                 const __m256i keep = _mm256_set1_epi32((int)0x87F00000u); /* sign + 7 code bits */
                 for (; c + 8 <= c1; c += 8) {
                     uint64_t v;
@@ -245,14 +253,14 @@ TGT void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) {
 }
 
 TGT static inline float hsum_canonical(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), PLANT == 4 ? a2 : _mm256_add_ps(a2, a3));
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* v_j + v_{j+4} */
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                 /* (0+2), (1+3) */
     __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
     return _mm_cvtss_f32(s1);
 }
 
-TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
+TGT void AVX2_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                               int64_t ldy) {
     int64_t body = len & ~(int64_t)31;
     int64_t b = 0;
@@ -301,7 +309,7 @@ TGT void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const floa
  * then the odd elements of each 16. x is put in that order once per product; lane l of each
  * accumulator still sums one canonical s[j] in the same order, and pair_unorder puts the lanes
  * back before the reduction, so the bits do not change. */
-int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp) {
+int AVX2_NAME(order_x)(const dr_weight *w, const float *x, float *xp) {
     if (w->fmt != DR_WF_AFFINE || w->bits != 4) return 0;
     int64_t body = w->cols & ~(int64_t)31;
     for (int64_t k = 0; k < body; k += 32)
@@ -326,7 +334,7 @@ TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1
  * Same decoded values and the same canonical order as dequant_row + dot_rows, so the same bits.
  * Handles F32, F16, BF16, NVFP4, affine, and FP8 (per-tensor, or blocks whose width is a multiple
  * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
-TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) {
+TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -436,7 +444,7 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 24), DEQ(Q8(3)), a3);                   \
     }
 /* pair order (dr_cpu_avx2_order_x): j = 0/1 even/odd codes of bytes 0..7, 2/3 of bytes 8..15 */
-#define Q4(j) _mm256_cvtepi32_ps((j) & 1 ? _mm256_srli_epi32(load8_u8(pk + 8 * ((j) >> 1)), 4) \
+#define Q4(j) _mm256_cvtepi32_ps(((j) & 1) != (PLANT == 1) ? _mm256_srli_epi32(load8_u8(pk + 8 * ((j) >> 1)), 4) \
                                          : _mm256_and_si256(load8_u8(pk + 8 * ((j) >> 1)), low4))
 #define Q8(j) _mm256_cvtepi32_ps(load8_u8(pk + 8 * (j)))
 #define DEQ_FMA(q) _mm256_fmadd_ps(sc, q, bi)
@@ -477,7 +485,7 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
             load_scales(w->scales, w->scale_dtype, sbase + bi, nsc - bi < 64 ? (int)(nsc - bi) : 64, sv);
         float s = sv[per_tensor ? 0 : bi & 63];
         if (!(fabsf(s) < 0x1p7f)) return 0; /* nothing written yet */
-        __m256 vs = _mm256_set1_ps(s * 0x1p120f);
+        __m256 vs = _mm256_set1_ps(s * (PLANT == 2 ? 0x1p121f : 0x1p120f));
         int64_t c1 = c0 + bc < body ? c0 + bc : body;
         for (int64_t k = c0; k < c1; k += 32) {
 #define E8(j) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8(row + k + 8 * (j)), 20), \
@@ -500,13 +508,13 @@ TGT int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, flo
 
 #else /* not x86: never selected (dr_cpu_best_path returns portable); defined for the linker */
 
-void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out) { dr_weight_dequant_row(w, r, out); }
+void AVX2_NAME(dequant_row)(const dr_weight *w, int64_t r, float *out) { dr_weight_dequant_row(w, r, out); }
 
-int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y) { return 0; }
+int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) { return 0; }
 
-int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp) { return 0; }
+int AVX2_NAME(order_x)(const dr_weight *w, const float *x, float *xp) { return 0; }
 
-void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
+void AVX2_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                           int64_t ldy) {
     for (int64_t b = 0; b < n; b++) y[b * ldy] = dr_cpu_dot_path(x + b * ldx, wrow, len, DR_CPU_PORTABLE);
 }
