@@ -11,7 +11,9 @@ CC=${CC:-gcc}
 mkdir -p "$B/obj"
 CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -DDRAMA_GIT_COMMIT=\"device\" -Iinclude -Isrc -Wall -Wextra -Wno-unused-parameter"
 C_SRCS="src/base/error.c src/base/alloc.c src/base/log.c src/base/pool.c src/base/tensor.c
-        src/num/formats.c src/num/weight.c src/backend/cpu/matmul.c src/backend/cpu/matmul_avx2.c"
+        src/num/formats.c src/num/weight.c src/backend/cpu/matmul.c src/backend/cpu/matmul_avx2.c
+        src/backend/cpu/matmul_avx2_plant1.c src/backend/cpu/matmul_avx2_plant2.c src/backend/cpu/matmul_avx2_plant3.c
+        src/backend/cpu/matmul_avx2_plant4.c"
 objs=()
 for f in $C_SRCS; do
   o="$B/obj/$(echo "$f" | tr / _).o"
