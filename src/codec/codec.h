@@ -87,6 +87,11 @@ drama_status dr_codec_load(const dr_tensor *tensors, int64_t n, const dr_codec_c
 void dr_codec_free(dr_codec *c);
 const dr_codec_config *dr_codec_cfg(const dr_codec *c);
 void dr_codec_set_pool(dr_codec *c, dr_pool *pool);
+/* Floating-point operations of one frame (encode 0: decode, 1: encode), counted from the layers
+ * (codec/flops.c states what counts); for `drama bench codec`. */
+double dr_codec_flops_per_frame(const dr_codec *c, int encode);
+/* The conv kernels' instruction set: "portable", "avx2" or "avx512" (DRAMA_CODEC_ISA picks a narrower one). */
+const char *dr_codec_isa(const dr_codec *c);
 
 /* Range check for codes that come from outside (files, voices, requests): every code in
  * 0 .. codebook size - 1, else DRAMA_EINVAL naming frame and codebook (CODEC.md 2). */

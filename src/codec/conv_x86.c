@@ -100,7 +100,7 @@ T5 INL __mmask16 mask16(int64_t rem) { return rem >= 16 ? (__mmask16)0xffff : re
 /* bias, fused Snake and residual, then the store of lanes m of output o at steps t.. */
 T5 INL void put512(const cd_conv_job *j, int o, int64_t t, __m512 a, __mmask16 m) {
     __m512 v = _mm512_add_ps(a, _mm512_set1_ps(j->b ? j->b[o] : 0.0f));
-    if (j->snake) v = snake512(v, _mm512_set1_ps(j->snake->alpha[o]), _mm512_set1_ps(j->snake->inv[o]), j->plant);
+    if (j->snake) v = snake512(v, _mm512_set1_ps(j->snake->alpha[o]), _mm512_set1_ps(j->snake->inv[o]), j->snake->plant);
     float *y = j->y + (int64_t)o * j->ldy + j->yoff;
     if (j->res) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->res + (int64_t)o * j->ldy + j->yoff + t), v);
     if (j->ystep == 1) {
@@ -179,7 +179,7 @@ T2 INL __m256i mask8(int64_t rem) {
 
 T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, int64_t n) {
     __m256 v = _mm256_add_ps(a, _mm256_set1_ps(j->b ? j->b[o] : 0.0f));
-    if (j->snake) v = snake256(v, _mm256_set1_ps(j->snake->alpha[o]), _mm256_set1_ps(j->snake->inv[o]), j->plant);
+    if (j->snake) v = snake256(v, _mm256_set1_ps(j->snake->alpha[o]), _mm256_set1_ps(j->snake->inv[o]), j->snake->plant);
     float *y = j->y + (int64_t)o * j->ldy + j->yoff;
     if (j->res) v = _mm256_add_ps(_mm256_maskload_ps(j->res + (int64_t)o * j->ldy + j->yoff + t, m), v);
     if (j->ystep == 1) {

@@ -586,6 +586,7 @@ void dr_codec_free(dr_codec *c) {
 
 const dr_codec_config *dr_codec_cfg(const dr_codec *c) { return &c->cfg; }
 void dr_codec_set_pool(dr_codec *c, dr_pool *pool) { c->pool = pool; }
+const char *dr_codec_isa(const dr_codec *c) { return cd_isa_name(c->parts & DR_CODEC_LOAD_DECODER ? c->dec_in.isa : c->enc_in.isa); }
 
 /* ---- shape-derived configuration (CODEC.md 9): read from the tensors, checked against codec.json ---- */
 static const dr_tensor *lk(const named *tab, int64_t n, const char *name) {

@@ -24,5 +24,6 @@ double dr_bench_roofline(double seconds_per_step, double bytes_per_step, double 
 /* Subcommands (argv[0] is the subcommand name); each returns a process exit status. */
 int dr_bench_bandwidth_main(int argc, char **argv); /* bench.c */
 int dr_bench_decode_main(int argc, char **argv);    /* bench_decode.c */
+int dr_bench_codec_main(int argc, char **argv);     /* bench_codec.c */
 
 #endif

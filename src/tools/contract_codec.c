@@ -9,17 +9,21 @@
 
 #include "base/alloc.h"
 #include "codec/internal.h"
+#include "codec/kernels.h"
 #include "tools/contract_internal.h"
 
 #define U CT_U32
 #define TINY 0x1p-140
 
 enum { K_CONV, K_STRIDED, K_GROUPED, K_TRANSPOSED, K_SNAKE, K_LN, K_RMS, K_ROPE, K_ROPE_F32,
-       K_ATTEND, K_SWIGLU, K_TANH, K_VQ, K_GELU, K_COUNT };
+       K_ATTEND, K_SWIGLU, K_TANH, K_VQ, K_GELU, K_FUSED, K_COUNT };
+/* variant = kernel | instruction set << 8 (CD_ISA_*: the SIMD entries of the conv and Snake kernels) */
+#define KV(k) ((k)->variant & 0xff)
+#define KISA(k) ((k)->variant >> 8)
 static const char *const k_names[K_COUNT] = {
     "codec.conv1d", "codec.conv_strided", "codec.conv_grouped", "codec.conv_transposed", "codec.snake",
     "codec.layernorm", "codec.rms_norm", "codec.rope", "codec.rope_f32", "codec.attend", "codec.swiglu",
-    "codec.tanh", "codec.vq_nearest", "codec.gelu"};
+    "codec.tanh", "codec.vq_nearest", "codec.gelu", "codec.conv_fused"};
 static const char *const k_precision[K_COUNT] = {
     "fp32 sum of cin*K products in order, then + bias; tol = (cin*K+2)u(|b| + sum|w x|); chunked run == whole",
     "as conv1d on inputs t*s - (span - s) + k*d; tol = (cin*K+2)u(|b| + sum|w x|); chunked run == whole",
@@ -34,10 +38,11 @@ static const char *const k_precision[K_COUNT] = {
     "g = a / (1 + expf(-a)) * u in fp32; tol = 10u|y| + 2^-120|u| (expf overflow for a < -88.7 gives 0)",
     "libm tanhf (<= 2 ulp); tol = 4u|y| + 2^-140",
     "argmin of |e^|^2 - 2 e^.c^ + |c^|^2 within the fp32 bound E = (2 dim + 16)u(sum of magnitudes); ties: lowest",
-    "0.5 x (1 + erff(x fp32(1/sqrt2))) in fp32, erff <= 1 ulp; tol = 2(|x|/2 (u|1+e| + 2u|e| + 2u|t| E'(t)) + u|y|)"};
+    "0.5 x (1 + erff(x fp32(1/sqrt2))) in fp32, erff <= 1 ulp; tol = 2(|x|/2 (u|1+e| + 2u|e| + 2u|t| E'(t)) + u|y|)",
+    "r + snake(conv1d): tol = 2(|1 + inv a sin(2 a v)| tol_conv + tol_snake(v) + u|y|); chunked run == whole"};
 
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
-       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF };
+       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF, CC_SIMD_TAP, CC_SIMD_PARITY };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -101,8 +106,8 @@ static void conv_ref(const conv_geo *g, const float *w, const float *b, const fl
 
 /* The library conv (with a planted defect when control != 0) over x in chunks of chunk[i]
  * input steps (times the stride; NULL: one call), from zero history; y [cout][Lo]. */
-static void conv_lib(const conv_geo *g, int control, const float *w, float *b, const float *x,
-                     const int *chunk, int n_chunk, float *y, dr_pool *pool) {
+static void conv_lib(const conv_geo *g, int control, int isa, const cd_snake *sn, const float *resid, const float *w,
+                     float *b, const float *x, const int *chunk, int n_chunk, float *y, dr_pool *pool) {
     int K = g->k, s = g->stride;
     int64_t wn = (int64_t)g->cout * (g->cin / g->groups) * K, Lo = conv_out_len(g);
     float *wp = fvec(wn);
@@ -118,7 +123,8 @@ static void conv_lib(const conv_geo *g, int control, const float *w, float *b, c
             }
     cd_conv cv;
     cd_conv_init(&cv, g->cin, g->cout, K, g->dil + (control == CC_DIL), s, g->groups, g->transposed);
-    cv.isa = CD_ISA_PORTABLE;
+    cv.isa = isa;
+    cv.plant = control == CC_SIMD_TAP ? CD_PLANT_TAP : 0; /* planted inside the SIMD loop */
     float *packed = dr_alloc((size_t)cd_conv_weight_len(&cv) * sizeof(float));
     float *hist = calloc((size_t)g->cin * (size_t)cv.hist + 1, sizeof(float));
     float *xc = fvec((int64_t)g->cin * g->L), *yc = fvec((int64_t)g->cout * Lo);
@@ -137,7 +143,9 @@ static void conv_lib(const conv_geo *g, int control, const float *w, float *b, c
             for (int i = 0; i < g->cin; i++) memcpy(xc + i * n, x + i * g->L + t0, (size_t)n * sizeof *xc);
             if (control == CC_NO_HIST) memset(hist, 0, (size_t)g->cin * (size_t)cv.hist * sizeof *hist); /* planted */
             ct_poison(yc, (int64_t)g->cout * no);
-            cd_conv_run(&cv, hist, xc, n, yc, pool, NULL);
+            if (resid) /* fused: residual in place (y starts as resid), Snake on the conv output */
+                for (int o = 0; o < g->cout; o++) memcpy(yc + o * no, resid + o * Lo + yo, (size_t)no * sizeof *yc);
+            cd_conv_run_ex(&cv, hist, xc, n, yc, sn, resid ? yc : NULL, pool, NULL);
             for (int o = 0; o < g->cout; o++) memcpy(y + o * Lo + yo, yc + o * no, (size_t)no * sizeof *y);
             t0 += n, yo += no;
         }
@@ -157,7 +165,7 @@ static void conv_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     if (kind == X_NONFINITE) x[(int64_t)(g->cin / 2) * g->L + g->L / 2] = NAN, x[g->L - 1] = INFINITY;
     conv_ref(g, w, b, x, ref, tol, alt);
     ct_poison(y, no);
-    conv_lib(g, k->control, w, b, x, NULL, 0, y, pool);
+    conv_lib(g, k->control, KISA(k), NULL, NULL, w, b, x, NULL, 0, y, pool);
     char name[128];
     snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d s=%d g=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k,
              g->dil, g->stride, g->groups, (long long)g->L);
@@ -166,14 +174,14 @@ static void conv_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     /* the history carry: chunks of 1, 3, 8, 2, 13 (x stride) steps give the whole run exactly */
     for (int64_t i = 0; i < no; i++) whole[i] = y[i], zero[i] = 0;
     ct_poison(yc, no);
-    conv_lib(g, k->control, w, b, x, chunks, 5, yc, pool);
+    conv_lib(g, k->control, KISA(k), NULL, NULL, w, b, x, chunks, 5, yc, pool);
     snprintf(name + strlen(name), sizeof name - strlen(name), " chunked");
     ct_compare(res, name, yc, whole, zero, no);
     free(w), free(b), free(x), free(y), free(yc), free(alt), free(ref), free(tol), free(whole), free(zero);
 }
 
 static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    uint64_t s = ctx->seed ^ 0x43434f4eull ^ (uint64_t)k->variant;
+    uint64_t s = ctx->seed ^ 0x43434f4eull ^ (uint64_t)KV(k);
     /* cin, cout, k, dil, stride, groups, transposed, L; the last row is the fp16-discriminating one
      * (cin/groups * taps >= 4096 positive terms). L = 269: full 8-step blocks, a remainder and two tiles. */
     static const conv_geo geo[4][6] = {
@@ -186,13 +194,78 @@ static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         {{11, 5, 4, 1, 2, 1, 1, 37}, {6, 3, 16, 1, 8, 1, 1, 9}, {7, 7, 2, 1, 2, 1, 1, 13},
          {5, 4, 6, 1, 3, 1, 1, 10}, {3, 9, 4, 1, 2, 1, 1, 1}, {2050, 5, 4, 1, 2, 1, 1, 5}},
     };
-    const conv_geo *gs = geo[k->variant - K_CONV];
+    const conv_geo *gs = geo[KV(k) - K_CONV];
     for (int kind = 0; kind < X_KINDS; kind++) {
         if (kind == X_DISCR) {
             conv_case(k, res, &s, kind, &gs[5], ctx->pool);
             continue;
         }
         for (int i = 0; i < 5; i++) conv_case(k, res, &s, kind, &gs[i], ctx->pool);
+    }
+}
+
+/* ---- conv with the fused epilogue (residual unit: Snake on the conv output, residual add) ---- */
+
+static void fused_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, const conv_geo *g, dr_pool *pool) {
+    static const int chunks[] = {1, 3, 8, 2, 13};
+    const double eps = 1e-9;
+    int64_t wn = (int64_t)g->cout * g->cin * g->k, xn = (int64_t)g->cin * g->L, no = (int64_t)g->cout * g->L;
+    float *w = fvec(wn), *b = fvec(g->cout), *x = fvec(xn), *r = fvec(no), *y = fvec(no), *yc = fvec(no);
+    float *alt = fvec(no), *alpha = fvec(g->cout), *inv = fvec(g->cout);
+    double *ref = dvec(no), *tol = dvec(no), *whole = dvec(no), *zero = dvec(no);
+    fill(s, kind == X_NONFINITE ? X_RANDOM : kind, w, wn);
+    fill(s, kind == X_DISCR ? X_DISCR : X_RANDOM, b, g->cout);
+    fill(s, kind, x, xn);
+    fill(s, X_RANDOM, r, no);
+    if (kind == X_NONFINITE) x[(int64_t)(g->cin / 2) * g->L + g->L / 2] = NAN, x[g->L - 1] = INFINITY;
+    for (int c = 0; c < g->cout; c++) alpha[c] = (float)((0.05 + 1.95 * ct_rand_uniform(s)) * (c % 4 == 3 ? -1 : 1));
+    conv_ref(g, w, b, x, ref, tol, alt);
+    for (int o = 0; o < g->cout; o++) {
+        double a = alpha[o], iv = 1.0 / (a + eps), rel_inv = 3 * U + U * eps / fabs(a + eps);
+        float inv32 = 1.0f / (alpha[o] + (float)eps);
+        for (int64_t t = 0; t < g->L; t++) {
+            int64_t i = o * g->L + t;
+            double v = ref[i], p = a * v, sv = sin(p), T = iv * sv * sv, sn = v + T, yv = r[i] + sn;
+            double ts = 2 * (U * fabs(sn) + fabs(T) * (rel_inv + 6 * U) + 2 * U * fabs(iv * sv * cos(p) * p));
+            /* a conv error dv moves inv sin^2 by at most |inv| min(1, |d sin 2p| + d^2), d = |a| dv */
+            double dl = fabs(a) * tol[i], dT = fabs(iv) * fmin(1.0, dl * fabs(sin(2 * p)) + dl * dl);
+            tol[i] = 2 * (tol[i] + dT + ts + U * fabs(yv)) + TINY;
+            ref[i] = yv;
+            float h = alt[i], sh = sinf(alpha[o] * h); /* fp16-accumulated conv, then the fp32 epilogue */
+            alt[i] = r[i] + (h + inv32 * (sh * sh));
+        }
+    }
+    cd_snake sn = {.c = g->cout, .inv = inv, .alpha = alpha};
+    cd_snake_prepare(&sn, eps);
+    sn.isa = KISA(k);
+    sn.plant = k->control == CC_SIMD_PARITY ? CD_PLANT_PARITY : 0; /* planted inside the conv's SIMD epilogue */
+    ct_poison(y, no);
+    conv_lib(g, k->control, KISA(k), &sn, r, w, b, x, NULL, 0, y, pool);
+    char name[128];
+    snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k, g->dil,
+             (long long)g->L);
+    ct_compare(res, name, y, ref, tol, no);
+    if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
+    for (int64_t i = 0; i < no; i++) whole[i] = y[i], zero[i] = 0;
+    ct_poison(yc, no);
+    conv_lib(g, k->control, KISA(k), &sn, r, w, b, x, chunks, 5, yc, pool);
+    snprintf(name + strlen(name), sizeof name - strlen(name), " chunked");
+    ct_compare(res, name, yc, whole, zero, no);
+    free(w), free(b), free(x), free(r), free(y), free(yc), free(alt), free(alpha), free(inv);
+    free(ref), free(tol), free(whole), free(zero);
+}
+
+static void check_fused(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    uint64_t s = ctx->seed ^ 0x46555345ull;
+    /* stride-1 shapes of the residual units: 8-output blocks with remainders, tails of every vector width */
+    static const conv_geo geo[6] = {{13, 11, 7, 1, 1, 1, 0, 269}, {5, 19, 7, 3, 1, 1, 0, 37}, {9, 4, 7, 9, 1, 1, 0, 100},
+                                    {16, 8, 1, 1, 1, 1, 0, 23},   {24, 16, 7, 1, 1, 1, 0, 50}, {586, 9, 7, 1, 1, 1, 0, 11}};
+    for (int kind = 0; kind < X_KINDS; kind++) {
+        if (kind == X_DISCR) {
+            fused_case(k, res, &s, kind, &geo[5], ctx->pool);
+            continue;
+        }
+        for (int i = 0; i < 5; i++) fused_case(k, res, &s, kind, &geo[i], ctx->pool);
     }
 }
 
@@ -212,7 +285,8 @@ static void snake_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     if (kind == X_NONFINITE && C > 4) x[3 * L + L / 2] = NAN, x[4 * L + L - 1] = INFINITY;
     cd_snake sn = {.c = C, .inv = inv, .alpha = alpha};
     cd_snake_prepare(&sn, eps);
-    sn.isa = CD_ISA_PORTABLE;
+    sn.isa = KISA(k);
+    sn.plant = k->control == CC_SIMD_PARITY ? CD_PLANT_PARITY : 0; /* planted inside the SIMD loop */
     for (int c = 0; c < C; c++) {
         if (k->control == CC_SNAKE_ALPHA) inv[c] = alpha[c];           /* planted: alpha, not 1/(alpha+eps) */
         if (k->control == CC_SNAKE_NO_EPS) inv[c] = 1.0f / alpha[c];   /* planted: epsilon left out */
@@ -250,7 +324,7 @@ static void check_snake(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
 /* ---- layer norm (ConvNeXt) and RMS norm (transformer): over channels, per time step ---- */
 
 static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int C, int64_t L) {
-    int ln = k->variant == K_LN;
+    int ln = KV(k) == K_LN;
     double eps = ln ? 1e-6 : 1e-5;
     int64_t n = (int64_t)C * L;
     float *x = fvec(n), *w = fvec(C), *b = fvec(C), *y = fvec(n), *alt = fvec(n);
@@ -300,7 +374,7 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
 }
 
 static void check_norm(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    uint64_t s = ctx->seed ^ 0x4c4e4f52ull ^ (uint64_t)k->variant;
+    uint64_t s = ctx->seed ^ 0x4c4e4f52ull ^ (uint64_t)KV(k);
     static const int shapes[][2] = {{19, 269}, {1024, 3}, {7, 2}, {1, 4}};
     for (int kind = 0; kind < X_KINDS; kind++) {
         if (kind == X_DISCR) {
@@ -334,7 +408,7 @@ static void table_value(double v, double dv, int bf16, double *val, double *err)
 
 static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int H, int hd, int64_t L,
                       int64_t pos0) {
-    int bf16 = k->variant == K_ROPE, Dq = H * hd;
+    int bf16 = KV(k) == K_ROPE, Dq = H * hd;
     dr_codec_tf_config cf = {.n_head = H, .head_dim = hd, .rope_base = 10000, .rope_bf16 = bf16};
     int64_t n = 3 * (int64_t)Dq * L;
     float *x = fvec(n), *y = fvec(n), *alt = fvec(n);
@@ -375,7 +449,7 @@ static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
 }
 
 static void check_rope(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    uint64_t s = ctx->seed ^ 0x524f5045ull ^ (uint64_t)k->variant;
+    uint64_t s = ctx->seed ^ 0x524f5045ull ^ (uint64_t)KV(k);
     static const int shapes[][3] = {{2, 8, 5}, {1, 64, 3}, {3, 2, 37}};
     static const int64_t pos[] = {0, 1, 17, 5000, 100000};
     for (int i = 0; i < 3; i++)
@@ -531,7 +605,7 @@ static void gelu_tanh_approx(float *x, int64_t n) {
 }
 
 static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int64_t n) {
-    int glu = k->variant == K_SWIGLU, gelu = k->variant == K_GELU;
+    int glu = KV(k) == K_SWIGLU, gelu = KV(k) == K_GELU;
     float *a = fvec(n), *u = fvec(n), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
     fill(s, kind, a, n);
@@ -580,7 +654,7 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
 }
 
 static void check_elementwise(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
-    uint64_t s = ctx->seed ^ 0x454c454dull ^ (uint64_t)k->variant;
+    uint64_t s = ctx->seed ^ 0x454c454dull ^ (uint64_t)KV(k);
     static const int64_t ns[] = {1, 7, 1000, 4097};
     for (int kind = 0; kind < X_KINDS; kind++)
         for (int i = 0; i < 4; i++) elementwise_case(k, res, &s, kind, ns[i]);
@@ -694,26 +768,29 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
                                   {128, 64, 16, 1, 8, 1}}; /* cin, cout, k, dil, stride, groups */
     cd_conv cv = {0};
     float *packed = NULL, *hist = NULL;
-    int64_t L = k->variant == K_GROUPED ? 64 : k->variant == K_TRANSPOSED ? 128 : 1024;
-    if (k->variant <= K_TRANSPOSED) {
-        const int *g = geo[k->variant - K_CONV];
-        cd_conv_init(&cv, g[0], g[1], g[2], g[3], g[4], g[5], k->variant == K_TRANSPOSED);
+    int kv = KV(k) == K_FUSED ? K_CONV : KV(k); /* the fused entry times the conv1d shape */
+    int64_t L = kv == K_GROUPED ? 64 : kv == K_TRANSPOSED ? 128 : 1024;
+    if (kv <= K_TRANSPOSED) {
+        const int *g = geo[kv - K_CONV];
+        cd_conv_init(&cv, g[0], g[1], g[2], g[3], g[4], g[5], kv == K_TRANSPOSED);
+        cv.isa = KISA(k);
         packed = dr_alloc((size_t)cd_conv_weight_len(&cv) * sizeof(float));
         hist = calloc((size_t)g[0] * (size_t)cv.hist + 1, sizeof(float));
         for (int64_t i = 0; i < cd_conv_weight_len(&cv); i++) packed[i] = 0.01f * (float)(i % 13);
         cv.w = packed;
     }
-    cd_snake sn = {.c = 64, .inv = b, .alpha = a};
+    cd_snake sn = {.c = 64, .inv = b, .alpha = a, .isa = KISA(k)};
     dr_codec_tf_config cf = {.n_head = 16, .head_dim = 64, .window_size = 128, .rope_base = 10000, .rope_bf16 = 1};
     cd_vq q = {.n = 4096, .dim = 8, .cb_hat = c, .cb_hat_sq = a};
     double best = INFINITY;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = ct_now_ms();
-        switch (k->variant) {
+        switch (KV(k)) {
         case K_CONV: case K_STRIDED: case K_GROUPED: case K_TRANSPOSED:
             cd_conv_run(&cv, hist, c, L, d, ctx->pool, NULL);
             break;
         case K_SNAKE: cd_snake_run(&sn, c, 1024, ctx->pool); break;
+        case K_FUSED: cd_conv_run_ex(&cv, hist, c, L, d, &sn, d, ctx->pool, NULL); break;
         case K_LN: cd_layernorm_ct(c, 1024, 64, a, b, 1e-6); break;
         case K_RMS: cd_rmsnorm_ct(c, d, 1024, 64, a, 1e-5); break;
         case K_ROPE: case K_ROPE_F32: cd_rope_ct(c, 0, &cf, 64, 1000); break;
@@ -736,13 +813,14 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
 static const char *const k_time_shape[K_COUNT] = {
     "64->64 k7 L=1024", "64->128 k8 s4 L=1024", "dw 1024 k7 L=64", "128->64 k16 s8 L=128", "C=64 L=1024",
     "C=1024 L=64", "D=1024 L=64", "16x64 L=64", "16x64 L=64", "16x64 W=128 L=16", "n=49152", "n=32768",
-    "4096 codes x 16", "n=32768"};
-static const double k_limit_ms[K_COUNT] = {20, 10, 2, 10, 2, 1, 1, 2, 2, 5, 1, 0.5, 2, 0.5};
+    "4096 codes x 16", "n=32768", "64->64 k7 L=1024 + snake + residual"};
+static const double k_limit_ms[K_COUNT] = {20, 10, 2, 10, 2, 1, 1, 2, 2, 5, 1, 0.5, 2, 0.5, 20};
 
 static ct_check_fn k_check(int v) {
     switch (v) {
     case K_CONV: case K_STRIDED: case K_GROUPED: case K_TRANSPOSED: return check_conv;
     case K_SNAKE: return check_snake;
+    case K_FUSED: return check_fused;
     case K_LN: case K_RMS: return check_norm;
     case K_ROPE: case K_ROPE_F32: return check_rope;
     case K_ATTEND: return check_attend;
@@ -751,12 +829,36 @@ static ct_check_fn k_check(int v) {
     }
 }
 
+static const char *no_avx2(char *why, size_t n) {
+    if (cd_isa_supported(CD_ISA_AVX2)) return NULL;
+    snprintf(why, n, "this CPU has no AVX2/FMA");
+    return why;
+}
+
+static const char *no_avx512(char *why, size_t n) {
+    if (cd_isa_supported(CD_ISA_AVX512)) return NULL;
+    snprintf(why, n, "this CPU has no AVX-512 (F, DQ, VL)");
+    return why;
+}
+
+/* the kernels with SIMD paths (conv_x86.c), each entry once per instruction set */
+static const int k_simd[] = {K_CONV, K_TRANSPOSED, K_SNAKE, K_FUSED};
+static const char *const isa_backend[CD_ISA_COUNT] = {"cpu", "cpu/avx2", "cpu/avx512"};
+static const char *const isa_control[CD_ISA_COUNT] = {"cpu/control", "cpu/avx2/control", "cpu/avx512/control"};
+
+static ct_kernel entry(int v, int isa, int control, const char *desc) {
+    return (ct_kernel){.name = k_names[v], .backend = control ? isa_control[isa] : isa_backend[isa],
+                       .precision = k_precision[v], .check = k_check(v), .time = control ? NULL : time_codec,
+                       .time_shape = control ? NULL : k_time_shape[v], .limit_ms = control ? 0 : k_limit_ms[v],
+                       .variant = v | isa << 8, .control = control, .control_desc = desc,
+                       .unavailable = isa == CD_ISA_AVX2 ? no_avx2 : isa == CD_ISA_AVX512 ? no_avx512 : NULL};
+}
+
 int ct_codec_kernels(ct_kernel *out, int max) {
     int n = 0;
-    for (int v = 0; v < K_COUNT && n < max; v++, n++)
-        out[n] = (ct_kernel){.name = k_names[v], .backend = "cpu", .precision = k_precision[v], .check = k_check(v),
-                             .time = time_codec, .time_shape = k_time_shape[v], .limit_ms = k_limit_ms[v],
-                             .variant = v};
+    for (int v = 0; v < K_COUNT && n < max; v++) out[n++] = entry(v, CD_ISA_PORTABLE, 0, NULL);
+    for (int isa = CD_ISA_AVX2; isa < CD_ISA_COUNT; isa++)
+        for (size_t i = 0; i < sizeof k_simd / sizeof k_simd[0] && n < max; i++) out[n++] = entry(k_simd[i], isa, 0, NULL);
     return n;
 }
 
@@ -781,11 +883,19 @@ int ct_codec_controls(ct_kernel *out, int max) {
         {K_ROPE_F32, CC_ROPE_BASE, "RoPE base 500000 instead of the configured one"},
         {K_SWIGLU, CC_SWAP, "gate and up swapped"},
         {K_TANH, CC_HALF, "tanh rounded to fp16"},
+        {K_FUSED, CC_FP16, "fp16 accumulation"},
     };
     int n = 0;
-    for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
-        out[n] = (ct_kernel){.name = k_names[c[i].v], .backend = "cpu/control", .precision = k_precision[c[i].v],
-                             .check = k_check(c[i].v), .variant = c[i].v, .control = c[i].control,
-                             .control_desc = c[i].desc};
+    for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++) out[n++] = entry(c[i].v, CD_ISA_PORTABLE, c[i].control, c[i].desc);
+    /* inside the SIMD loops: a tap left out of the FMA chain, the vector sine's quadrants swapped */
+    const struct { int v, control; const char *desc; } sc[] = {
+        {K_CONV, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+        {K_TRANSPOSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+        {K_SNAKE, CC_SIMD_PARITY, "vector sine with sin and cos quadrants swapped"},
+        {K_FUSED, CC_SIMD_PARITY, "fused Snake's vector sine with sin and cos quadrants swapped"},
+        {K_FUSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+    };
+    for (int isa = CD_ISA_AVX2; isa < CD_ISA_COUNT; isa++)
+        for (size_t i = 0; i < sizeof sc / sizeof sc[0] && n < max; i++) out[n++] = entry(sc[i].v, isa, sc[i].control, sc[i].desc);
     return n;
 }

@@ -1,0 +1,79 @@
+/* flops.c - floating-point operations of one frame of decode or encode, counted from the loaded
+ * codec's layers (the benchmark's GFLOP/s). A multiply-add counts 2. Conv: 2 cout (cin/groups) k
+ * per output step; transposed conv: 2 cin cout k per input step (the products the layer defines;
+ * zero taps of a phase when k is not a multiple of the stride are not counted); transformer per
+ * position: 2 x its weights (wqkv, wo, w1, w2, w3) + 4 n_head head_dim W (scores and values
+ * over a full window W). Elementwise work (Snake, norms, GELU, tanh, table sums) is left out;
+ * encode adds the VQ search, 2 n dim per code and codebook. */
+#include "codec/internal.h"
+
+/* conv on `steps` input steps per frame: flops, and the output steps per frame */
+static double conv_flops(const cd_conv *cv, double *steps) {
+    double in = *steps, f;
+    if (cv->transposed) {
+        f = 2.0 * cv->cin * cv->cout * cv->k * in;
+        *steps = in * cv->stride;
+    } else {
+        *steps = in / cv->stride;
+        f = 2.0 * cv->cout * (double)(cv->cin / cv->groups) * cv->k * *steps;
+    }
+    return f;
+}
+
+static double tf_flops(const cd_tf *tf, double steps) {
+    const dr_codec_tf_config *cf = &tf->cfg;
+    if (cf->n_layer <= 0) return 0;
+    double D = cf->dim, Dq = (double)cf->n_head * cf->head_dim, F = cf->intermediate_size;
+    double per_layer = 2.0 * (D * 3 * Dq + Dq * D + 3 * D * F) + 4.0 * Dq * cf->window_size;
+    return per_layer * cf->n_layer * steps;
+}
+
+static double ru_flops(const cd_ru *ru, double steps) {
+    double s = steps;
+    double f = conv_flops(&ru->c1, &s);
+    return f + conv_flops(&ru->c2, &s);
+}
+
+static double cnx_flops(const cd_convnext *b, double steps) {
+    double s = steps;
+    double f = conv_flops(&b->dw, &s);
+    f += conv_flops(&b->pw1, &s);
+    return f + conv_flops(&b->pw2, &s);
+}
+
+double dr_codec_flops_per_frame(const dr_codec *c, int encode) {
+    const dr_codec_config *cf = &c->cfg;
+    double f = 0, s;
+    if (!encode) {
+        s = 1; /* latent steps per frame */
+        f += tf_flops(&c->post, s);
+        for (int i = 0; i < cf->n_down; i++) {
+            f += conv_flops(&c->up[i], &s);
+            f += cnx_flops(&c->up_cnx[i], s);
+        }
+        f += conv_flops(&c->dec_in, &s);
+        for (int b = 0; b < cf->n_decoder_rates; b++) {
+            f += conv_flops(&c->dec[b].up, &s);
+            for (int r = 0; r < cf->n_dilations; r++) f += ru_flops(&c->dec[b].ru[r], s);
+        }
+        return f + conv_flops(&c->dec_out, &s);
+    }
+    s = cf->frame_length; /* samples per frame */
+    f += conv_flops(&c->enc_in, &s);
+    for (int b = 0; b < cf->n_encoder_rates; b++) {
+        for (int r = 0; r < cf->n_dilations; r++) f += ru_flops(&c->enc[b].ru[r], s);
+        f += conv_flops(&c->enc[b].down, &s);
+        if (c->enc[b].has_tf) f += tf_flops(&c->enc[b].tf, s);
+    }
+    f += conv_flops(&c->enc_out, &s);
+    for (int i = 0; i < cf->n_down; i++) {
+        f += conv_flops(&c->down[i], &s);
+        f += cnx_flops(&c->down_cnx[i], s);
+    }
+    f += tf_flops(&c->pre, s);
+    for (int k = 0; k < cf->num_codebooks; k++) {
+        double one = s;
+        f += conv_flops(&c->vq[k].in_proj, &one) + 2.0 * c->vq[k].n * c->vq[k].dim * s;
+    }
+    return f;
+}

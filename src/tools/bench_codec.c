@@ -1,0 +1,281 @@
+/* bench_codec.c - `drama bench codec`: the codec at the REAL size (CODEC.md 1: 10 codebooks, 2048
+ * samples per frame, 8-layer post_module, 1536-wide decoder) with random fp32 weights made in
+ * memory from the expected inventory (dr_codec_expected): frames/s, x real time, GFLOP/s and the
+ * share of the machine's fp32 FMA peak, for a whole decode, a stream fed one frame per call, and
+ * an encode of the decoded audio.
+ *
+ * FLOPs per frame come from the loaded layers (dr_codec_flops_per_frame, codec/flops.c). Peak =
+ * cores x FMA units x fp32 lanes per unit x 2 x clock: cores = the pool's threads (at most the
+ * online CPUs); FMA units and lanes are what the microarchitecture executes per cycle (defaults: 2
+ * units; 16 lanes for AVX-512 on Intel, 8 otherwise: AMD Zen 4 runs 512-bit FMAs on two 256-bit
+ * pipes; --fma-units / --lanes override); the clock is measured on all pool threads at once (a
+ * chain of dependent integer adds, one per cycle; the mean) and /proc/cpuinfo's "cpu MHz" is printed next to it. The bench ends with
+ * `ratio_to_floor X` = decode time / (FLOPs / peak), the compute floor. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/cli_args.h"
+#include "base/pool.h"
+#include "codec/codec.h"
+#include "tools/bench.h"
+
+typedef struct inv {
+    dr_tensor *t;
+    int64_t n, cap, max_numel;
+    int oom;
+} inv;
+
+static void collect(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    inv *v = ctx;
+    if (v->oom) return;
+    if (v->n == v->cap) {
+        int64_t cap = v->cap ? 2 * v->cap : 1024;
+        dr_tensor *nt = realloc(v->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            v->oom = 1;
+            return;
+        }
+        v->t = nt, v->cap = cap;
+    }
+    dr_tensor *t = &v->t[v->n];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = strdup(name))) {
+        v->oom = 1;
+        return;
+    }
+    v->n++;
+    t->dtype = DR_DT_F32;
+    t->ndim = ndim;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i], numel *= shape[i];
+    t->nbytes = (size_t)numel * 4;
+    if (numel > v->max_numel) v->max_numel = numel;
+}
+
+static int ends(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* GHz of one core: 8 dependent adds per loop pass take 8 cycles; best of 3 runs */
+static double core_ghz(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t x = 0, n = 100000000;
+        double t0 = dr_bench_now();
+        for (uint64_t i = 0; i < n; i += 8)
+            __asm__ volatile("add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\t"
+                             "add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0"
+                             : "+r"(x));
+        double ghz = (double)n / (dr_bench_now() - t0) / 1e9;
+        if (ghz > best) best = ghz;
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
+static void ghz_task(void *ctx, int64_t i, int worker) {
+    (void)worker;
+    ((double *)ctx)[i] = core_ghz();
+}
+
+/* the all-core clock: every pool thread measures at once; the mean */
+static double measure_ghz(dr_pool *pool) {
+    int n = dr_pool_threads(pool);
+    double g[4096] = {0}, sum = 0;
+    if (n > 4096) n = 4096;
+    dr_pool_run(pool, n, ghz_task, g);
+    for (int i = 0; i < n; i++) sum += g[i];
+    return n > 0 ? sum / n : 0;
+}
+
+/* first "cpu MHz" and "vendor_id" of /proc/cpuinfo (0 / "" when absent) */
+static double cpuinfo(char *vendor, size_t vlen) {
+    double mhz = 0;
+    char line[512];
+    vendor[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!c) continue;
+        if (!mhz && !strncmp(line, "cpu MHz", 7)) mhz = atof(c + 1);
+        if (!vendor[0] && !strncmp(line, "vendor_id", 9)) {
+            snprintf(vendor, vlen, "%s", c + 1 + strspn(c + 1, " \t"));
+            vendor[strcspn(vendor, "\n")] = 0;
+        }
+    }
+    fclose(f);
+    return mhz;
+}
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: drama bench codec [--frames N] [--threads T] [--no-encode] [--fma-units U] [--lanes L]\n"
+               "  The codec at the real size with random weights: whole decode, streaming one frame per call,\n"
+               "  encode; frames/s, x real time, GFLOP/s and %% of the fp32 FMA peak (cores x FMA units x\n"
+               "  lanes x 2 x measured clock). --frames N (default 32)  --threads T (default: all CPUs)\n"
+               "  DRAMA_CODEC_ISA=portable|avx2 runs a narrower kernel than the CPU's best.\n");
+    return f == stdout ? 0 : 2;
+}
+
+typedef struct row {
+    const char *mode;
+    double frames, seconds;
+} row;
+
+static void print_row(const row *r, double rate, double flops_frame, double peak) {
+    double fps = r->frames / r->seconds, gf = fps * flops_frame / 1e9;
+    printf("  %-24s %6.0f %9.3f %9.2f %8.3f %9.1f %7.1f%%\n", r->mode, r->frames, r->seconds, fps, fps / rate, gf,
+           peak > 0 ? 100.0 * gf / peak : 0.0);
+}
+
+int dr_bench_codec_main(int argc, char **argv) {
+    long long frames = 32, threads = 0, units = 2, lanes = 0;
+    int encode = 1;
+    const char *cmd = "bench codec";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long *dst = !strcmp(a, "--frames")      ? &frames
+                         : !strcmp(a, "--threads")   ? &threads
+                         : !strcmp(a, "--fma-units") ? &units
+                         : !strcmp(a, "--lanes")     ? &lanes
+                                                     : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
+        if (dst) {
+            if (!dr_cli_int(cmd, a, v, dst == &threads || dst == &lanes ? 0 : 1, dst == &frames ? 100000 : 4096, dst))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--no-encode")) {
+            encode = 0;
+        } else {
+            fprintf(stderr, "drama bench codec: unknown option '%s'\n", a);
+            return usage(stderr);
+        }
+    }
+    dr_codec_config cfg;
+    dr_codec_config_default(&cfg);
+    inv v = {0};
+    drama_error err = {0};
+    int rc = 1;
+    dr_pool *pool = NULL;
+    dr_codec *codec = NULL;
+    dr_codec_stream *s = NULL;
+    float *sym = NULL, *pos = NULL, *a = NULL, *b = NULL;
+    int32_t *codes = NULL, *enc = NULL;
+    if (dr_codec_expected(&cfg, collect, &v, &err) || v.oom) {
+        fprintf(stderr, "drama bench codec: %s\n", v.oom ? "out of memory" : err.message);
+        goto done;
+    }
+    /* Shared random buffers keep generation cheap: weights ~U(-1,1)/32 (fan-in ~1000); gains,
+     * alphas, norm weights, layer scales and codebooks ~U(0.5, 1.5). */
+    sym = malloc((size_t)v.max_numel * 4), pos = malloc((size_t)v.max_numel * 4);
+    if (!sym || !pos) {
+        fprintf(stderr, "drama bench codec: out of memory\n");
+        goto done;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < v.max_numel; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float u = (float)(x >> 40) / (float)(1 << 24);
+        sym[i] = (2.0f * u - 1.0f) / 32.0f;
+        pos[i] = 0.5f + u;
+    }
+    for (int64_t i = 0; i < v.n; i++) {
+        const char *nm = v.t[i].name;
+        int gain = ends(nm, ".alpha") || ends(nm, "original0") || ends(nm, "weight_g") || ends(nm, "norm.weight") ||
+                   ends(nm, ".gamma") || ends(nm, "codebook.weight");
+        v.t[i].data = (const uint8_t *)(gain ? pos : sym);
+    }
+    if (!(pool = dr_pool_create((int)threads))) {
+        fprintf(stderr, "drama bench codec: cannot start %lld threads\n", threads);
+        goto done;
+    }
+    unsigned parts = DR_CODEC_LOAD_DECODER | (encode ? DR_CODEC_LOAD_ENCODER : 0);
+    double t0 = dr_bench_now();
+    if (dr_codec_load(v.t, v.n, &cfg, parts, "random real-size codec", &codec, &err)) {
+        fprintf(stderr, "drama bench codec: %s\n", err.message);
+        goto done;
+    }
+    double t_load = dr_bench_now() - t0;
+    dr_codec_set_pool(codec, pool);
+    int K = cfg.num_codebooks, FL = cfg.frame_length;
+    codes = malloc((size_t)frames * K * sizeof *codes);
+    a = malloc((size_t)frames * FL * 4), b = malloc((size_t)frames * FL * 4);
+    if (!codes || !a || !b) {
+        fprintf(stderr, "drama bench codec: out of memory\n");
+        goto done;
+    }
+    for (int64_t i = 0; i < frames * K; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        codes[i] = (int32_t)(x % (uint64_t)(i % K ? cfg.codebook_size : cfg.semantic_codebook_size));
+    }
+    /* the machine's fp32 FMA peak */
+    char vendor[64];
+    double mhz = cpuinfo(vendor, sizeof vendor), ghz = measure_ghz(pool);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = dr_pool_threads(pool);
+    if (online > 0 && cores > online) cores = (int)online;
+    const char *isa = dr_codec_isa(codec);
+    if (!lanes) lanes = !strcmp(isa, "avx512") && !strcmp(vendor, "GenuineIntel") ? 16 : !strcmp(isa, "portable") ? 4 : 8;
+    double peak = (double)cores * (double)units * (double)lanes * 2.0 * ghz;
+    double rate = (double)cfg.sample_rate / FL;
+    double fd = dr_codec_flops_per_frame(codec, 0), fe = encode ? dr_codec_flops_per_frame(codec, 1) : 0;
+    printf("bench codec: real-size codec (%lld tensors, random fp32 weights), %s kernels, %d threads, load %.2f s\n",
+           (long long)v.n, isa, dr_pool_threads(pool), t_load);
+    printf("  FLOPs per frame: decode %.3f G, encode %.3f G (codec/flops.c: 2 per multiply-add of every conv and\n"
+           "  transformer weight, attention over the window; elementwise ops not counted); real time = %.2f frames/s\n",
+           fd / 1e9, fe / 1e9, rate);
+    printf("  peak = %d cores x %lld FMA units x %lld fp32 lanes x 2 x %.3f GHz (measured on all threads at once; cpuinfo says %.0f MHz, %s)"
+           " = %.1f GFLOP/s\n",
+           cores, units, lanes, ghz, mhz, vendor[0] ? vendor : "vendor unknown", peak);
+    printf("  %-24s %6s %9s %9s %8s %9s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s", "of peak");
+    row whole = {"decode whole", (double)frames, 0}, stream = {"decode stream, 1/call", (double)frames, 0};
+    t0 = dr_bench_now();
+    if (dr_codec_decode(codec, codes, frames, a, &err)) {
+        fprintf(stderr, "drama bench codec: %s\n", err.message);
+        goto done;
+    }
+    whole.seconds = dr_bench_now() - t0;
+    print_row(&whole, rate, fd, peak);
+    if (dr_codec_stream_create(codec, &s, &err)) {
+        fprintf(stderr, "drama bench codec: %s\n", err.message);
+        goto done;
+    }
+    t0 = dr_bench_now();
+    for (int64_t f = 0; f < frames; f++)
+        if (dr_codec_stream_feed(s, codes + f * K, 1, b + f * FL, &err)) {
+            fprintf(stderr, "drama bench codec: %s\n", err.message);
+            goto done;
+        }
+    stream.seconds = dr_bench_now() - t0;
+    print_row(&stream, rate, fd, peak);
+    int same = !memcmp(a, b, (size_t)frames * FL * 4);
+    if (encode) {
+        int64_t T;
+        t0 = dr_bench_now();
+        if (dr_codec_encode(codec, a, frames * FL, &enc, &T, NULL, NULL, &err)) {
+            fprintf(stderr, "drama bench codec: %s\n", err.message);
+            goto done;
+        }
+        row e = {"encode", (double)T, dr_bench_now() - t0};
+        print_row(&e, rate, fe, peak);
+    }
+    printf("  streaming == whole decode (bitwise): %s\n", same ? "yes" : "NO");
+    double floor_s = peak > 0 ? frames * fd / (peak * 1e9) : 0;
+    dr_bench_line("decode_floor", floor_s * 1e3, 1, "ms (decode FLOPs / peak)");
+    printf("ratio_to_floor %.2f\n", floor_s > 0 ? whole.seconds / floor_s : 0.0);
+    rc = same ? 0 : 1;
+done:
+    dr_codec_stream_free(s);
+    dr_codec_free(codec);
+    dr_pool_free(pool);
+    for (int64_t i = 0; i < v.n; i++) free((char *)v.t[i].name);
+    free(v.t), free(sym), free(pos), free(codes), free(enc), free(a), free(b);
+    return rc;
+}
