@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reference voices: a WAV reference is encoded and used (prompt grows, audio changes), CODES.json
-# references work, guidance runs; corrupt, empty and non-audio references fail with a clear error
+# references work, guidance runs; corrupt, truncated, empty and non-audio references fail with a clear error
 # before any generation; out-of-range reference codes are rejected.
 set -euo pipefail
 . "$(dirname "$0")/synth_lib.bash"
@@ -49,7 +49,8 @@ bad_ref() { # label file [flag]
 bad_ref empty empty.wav
 echo "this is not audio at all, just text" > notaudio.wav
 bad_ref non-audio notaudio.wav
-head -c 60 voice.wav > trunc.wav; head -c 3000 /dev/urandom >> trunc.wav
+head -c 60 voice.wav > trunc.wav; head -c 3000 /dev/urandom >> trunc.wav # header claims 1 s, 3 KB follow
+bad_ref truncated trunc.wav
 printf 'RIFF\xff\xff\xff\xffWAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00' > corrupt.wav
 bad_ref corrupt corrupt.wav
 bad_ref missing "$WORK/does-not-exist.wav"
