@@ -453,7 +453,7 @@ int dr_bench_decode_main(int argc, char **argv) {
     double experts = lanes == 1 ? k : P * (1.0 - pow(1.0 - k / P, lanes));
     double bytes = (m.mixer_bytes + (double)mo.dims.layers * experts * m.expert_bytes) + lanes * m.io_bytes;
     double mean = total / (double)opt.steps;
-    printf("%lld layers, experts %s, %d lanes, %d threads, %lld steps after %lld context rows\n",
+    printf("bench decode: %lld layers, experts %s, %d lanes, %d threads, %lld steps after %lld context rows\n",
            opt.layers, fmt_name(opt.fmt), lanes, dr_pool_threads(pool), opt.steps, opt.context);
     dr_bench_line("model_in_memory", (double)b.a.bytes / 1e9, 3, "GB");
     dr_bench_line("experts_distinct_per_layer", P, 0, P < mo.dims.experts ? "(the rest pruned: --max-gib)" : "");
