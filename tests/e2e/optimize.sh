@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # drama optimize from the command line: each format of tiny-drama3 is loadable by drama inspect
 # (no finding, the expected expert format), passes drama verify (its manifest), carries the receipt
-# and the side files; --prune-experts writes drama_experts; bad requests exit non-zero with a message
+# and the side files; the q8 experts dequantise within the 8-bit bound of their BF16 source;
+# --prune-experts writes drama_experts; bad requests exit non-zero with a message
 # naming the problem and leave neither DST nor DST.partial; usage errors exit 2.
 set -u
 [ -n "${DRAMA_BIN:-}" ] && [ -x "$DRAMA_BIN" ] || { echo "DRAMA_BIN not set"; exit 77; }
@@ -60,6 +61,13 @@ grep -q '"quant_algo": "NVFP4"' "$T/nvkeep/config.json" || bad "nvkeep: the sour
 grep -q '"quant_method": "fp8"' "$T/fp8/config.json" || bad "fp8: quantization_config missing"
 grep -q '"quant_algo": "NVFP4"' "$T/nvfp4/hf_quant_config.json" 2>/dev/null || bad "nvfp4: hf_quant_config.json missing"
 grep -q '"bits": 8' "$T/q8/config.json" || bad "q8: quantization bits 8 missing"
+# q8 values: every dequantised expert within the 8-bit bound of its BF16 source (tu_affine_bound)
+if [ -n "${DRAMA_TEST_WCHECK:-}" ]; then
+    "$DRAMA_TEST_WCHECK" "$SRC" "$T/q8" 8 > "$T/q8.wcheck" 2>&1 || bad "q8: dequantised experts vs BF16 source: $(cat "$T/q8.wcheck")"
+    echo "q8: $(cat "$T/q8.wcheck")"
+else
+    bad "q8: DRAMA_TEST_WCHECK not set, the values are not checked"
+fi
 grep -q 'quantization' "$T/bf16/config.json" && bad "bf16: a quantisation entry is left in config.json"
 [ "$(ls "$T"/bf16/model-*-of-*.safetensors | wc -l)" -gt 1 ] || bad "bf16: --shard-size gave one shard"
 grep -q '^- drama_experts: {"0":\[0,1,2,3,4\]' "$T/pruned.out" || bad "pruned: drama_experts not in the index: $(grep drama_experts "$T/pruned.out")"
