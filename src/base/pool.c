@@ -30,6 +30,9 @@
 /* how long an idle thread polls before sleeping: longer than the gap between two products of a
  * decode step (norms, attention: tens of us), short enough not to burn a shared core for long */
 #define SPIN_NS 200000
+/* past this much polling, each poll also yields the core: with more runnable threads than cores
+ * (a busy machine, --threads above the core count) the thread that holds the work gets to run */
+#define YIELD_NS 20000
 /* chunks per taking-part thread: small enough to balance a descheduled thread's share */
 #define CHUNKS_PER_THREAD 8
 
@@ -117,6 +120,7 @@ static void *worker_main(void *arg) {
             if ((spins & 63) != 63) continue;
             int64_t t = now_ns();
             if (!t0) t0 = t;
+            if (t - t0 > YIELD_NS) sched_yield(); /* more threads than free cores: let them run */
             if (t - t0 < SPIN_NS) continue;
             atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the caller's gen store + load */
             if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) futex_wait(&p->gen, seen);
@@ -233,6 +237,7 @@ void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double wo
         if ((spins & 63) != 63) continue;
         int64_t t = now_ns();
         if (!t0) t0 = t;
+        if (t - t0 > YIELD_NS) sched_yield();
         if (t - t0 < SPIN_NS) continue;
         atomic_store(&p->caller_sleeping, 1);
         uint32_t d;
