@@ -293,22 +293,18 @@ static void test_input_switches(void **s) {
             dr_weight_dequant_row(&m.bb.code_table, row[1 + k] + (int64_t)k * d->code_stride, tmp);
             for (int64_t j = 0; j < H; j++) want[j] += tmp[j];
         }
-        double scale = d->code_scale_rsqrt ? 1.0 / sqrt(n + 1.0) : 1.0, worst = 0;
-        for (int64_t j = 0; j < H; j++) {
-            double diff = fabs(emb[j] - want[j] * scale);
-            worst = isnan(emb[j]) ? INFINITY : fmax(worst, diff);
-        }
-        printf("input switches %d (codebooks %d, rsqrt %d, token %d): max abs %.3g\n", c, n, d->code_scale_rsqrt,
-               d->add_token_embedding, worst);
-        assert_true(worst <= 1e-7);
+        double scale = d->code_scale_rsqrt ? 1.0 / sqrt(n + 1.0) : 1.0;
+        for (int64_t j = 0; j < H; j++) want[j] *= scale;
+        char label[96];
+        snprintf(label, sizeof label, "input switches %d (codebooks %d, rsqrt %d, token %d)", c, n, d->code_scale_rsqrt,
+                 d->add_token_embedding);
+        assert_true(tu_report(label, tu_compare_f32_f64(emb, want, H), 1e-7));
         if (c == 0) {
             assert_int_equal(n, d->n_codebooks); /* auto: every codebook */
             first = emb;
             emb = NULL;
         } else {
-            double diff = 0;
-            for (int64_t j = 0; j < H; j++) diff = fmax(diff, fabs(emb[j] - first[j]));
-            assert_true(diff > 1e-3); /* the switch changed the row */
+            assert_true(tu_report_differs("the switch changed the row", tu_compare_f32(emb, first, H), 1e-3));
         }
         dr_bb_state_free(st);
         free(row), free(emb), free(hid), free(tmp), free(want);
