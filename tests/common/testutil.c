@@ -110,6 +110,13 @@ double tu_affine_bound(const float *w, int64_t n, int bits, double eps) {
     return 1.5 * step + eps * (edge + qmax * step);
 }
 
+void tu_affine_tol(const float *src, int64_t n, int group, int bits, double eps, double *tol) {
+    for (int64_t g = 0; g < n; g += group) {
+        double b = tu_affine_bound(src + g, group, bits, eps);
+        for (int j = 0; j < group && g + j < n; j++) tol[g + j] = b;
+    }
+}
+
 /* ---- golden tensors, temporary folders ---- */
 
 

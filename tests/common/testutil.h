@@ -56,6 +56,8 @@ int tu_report_differs(const char *label, tu_cmp c, double min_abs);
  * (max - min) / (2^bits - 1) (widened by the edge rounding of the scale, at least the format's
  * minimum step 1e-7), plus eps * (|edge| + (2^bits - 1) * step) for the stored scale and bias. */
 double tu_affine_bound(const float *w, int64_t n, int bits, double eps);
+/* tol[i] = tu_affine_bound of the group of `group` consecutive values holding src[i] (n % group == 0). */
+void tu_affine_tol(const float *src, int64_t n, int group, int bits, double eps, double *tol);
 
 /* Read tensor `name` of safetensors file `path` as float32 (any dtype, via dr_st_to_f32) or int32
  * (integer dtypes only, values must fit). malloc'd, free with free(); *n = element count (n may be

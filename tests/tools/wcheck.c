@@ -90,10 +90,7 @@ int main(int argc, char **argv) {
         }
         for (int64_t r = 0; r < rows; r++) dr_weight_dequant_row(&q, r, d + r * cols);
         double eps = sc->dtype == DR_DT_BF16 ? 0x1p-8 : sc->dtype == DR_DT_F16 ? 0x1p-11 : 0x1p-24;
-        for (int64_t g = 0; g < rows * cols; g += q.group) { /* groups run along rows (cols % group == 0) */
-            double b = tu_affine_bound(x + g, q.group, bits, eps);
-            for (int j = 0; j < q.group; j++) a.tol[a.n + g + j] = b;
-        }
+        tu_affine_tol(x, rows * cols, q.group, bits, eps, a.tol + a.n); /* groups along rows */
         a.n += rows * cols;
         checked++;
     }

@@ -88,10 +88,7 @@ static void check_add(deq_check *k, const float *deq, const float *src, int64_t 
     }
     memcpy(k->deq + k->n, deq, (size_t)m * sizeof *deq);
     memcpy(k->src + k->n, src, (size_t)m * sizeof *src);
-    for (int64_t g = 0; g < m; g += GROUP) { /* groups run along rows (cols % GROUP == 0) */
-        double b = tu_affine_bound(src + g, GROUP, BITS, 0x1p-8); /* BF16 scales and biases */
-        for (int j = 0; j < GROUP; j++) k->tol[k->n + g + j] = b;
-    }
+    tu_affine_tol(src, m, GROUP, BITS, 0x1p-8, k->tol + k->n); /* groups along rows; BF16 scales, biases */
     k->n += m;
 }
 
