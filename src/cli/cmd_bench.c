@@ -15,6 +15,7 @@ typedef struct bench_cmd {
 static const bench_cmd k_benches[] = {
     {"bandwidth", dr_bench_bandwidth_main, "memory read bandwidth (the roofline every bench divides by)"},
     {"decode", dr_bench_decode_main, "backbone decode step at full width (synthetic model) vs the bandwidth floor"},
+    {"frame", dr_bench_frame_main, "the frame step at batch 1 on a model (cpu|cuda) vs the floor; time to first codes"},
     {"codec", dr_bench_codec_main, "codec decode/encode at the real size: frames/s, x real time, % of the fp32 FMA peak"},
 };
 

@@ -25,5 +25,6 @@ double dr_bench_roofline(double seconds_per_step, double bytes_per_step, double 
 int dr_bench_bandwidth_main(int argc, char **argv); /* bench.c */
 int dr_bench_decode_main(int argc, char **argv);    /* bench_decode.c */
 int dr_bench_codec_main(int argc, char **argv);     /* bench_codec.c */
+int dr_bench_frame_main(int argc, char **argv);     /* bench_frame.c */
 
 #endif

@@ -2,11 +2,12 @@
 # device_frame.sh - the frame step at full shape on the GPU machine, one call: for each expert
 # format in $FORMATS (fp8 nvfp4 q4), a full-shape model made in /dev/shm (make-model --expert-fill
 # direct: random stored codes), a per-op profile (DRAMA_CUDA_GRAPHS=0 DRAMA_CUDA_PROFILE=1, 32
-# frames), `drama bench frame` on CUDA (graphs), and for the formats in $PARITY the backbone's
+# frames, with $PROFILE), `drama bench frame` on CUDA (graphs), and for the formats in $PARITY the backbone's
 # logits and hidden on CUDA vs CPU over 16 steps (8 prefill + 8 decode rows) and 16 seeded frames'
 # codes on both; the model is deleted before the next format. $CONTRACT=1 first runs
 # `drama contract --only cuda --no-limits`. Binaries come from device_carry.sh in DIR.
 # Logs: $OUT/logs.tgz (refreshed after every stage); summaries on stdout.
+# $PROFILE=1: the per-op profile; $NCU="fp8": per-kernel times (ncu) of the listed formats.
 # Usage: FORMATS="fp8 nvfp4" PARITY=nvfp4 CONTRACT=1 src/backend/cuda/device_frame.sh [DIR]
 set -u
 H=$(cd "$(dirname "$0")" && pwd)
@@ -38,10 +39,16 @@ for F in ${FORMATS:-fp8}; do
     echo "== $F: make-model $(ms_since $t) ms, $(du -sh $M | cut -f1)"
     python3 "$H/device_rows.py" $M $L
     t=$(date +%s%N)
-    DRAMA_CUDA_GRAPHS=0 DRAMA_CUDA_PROFILE=1 /tmp/drama-dev generate --model $M --rows $L/rows100.json --frames 32 \
+    [ -n "${PROFILE:-}" ] && DRAMA_CUDA_GRAPHS=0 DRAMA_CUDA_PROFILE=1 /tmp/drama-dev generate --model $M --rows $L/rows100.json --frames 32 \
         --seed 11 --backend cuda --codes-out $L/prof-$F.json >$L/profile-$F.txt 2>&1
-    echo "profile run rc=$? $(ms_since $t) ms"
-    grep -E "ms/frame|profile" $L/profile-$F.txt
+    [ -n "${PROFILE:-}" ] && { echo "profile run $(ms_since $t) ms"; grep -E "ms/frame|profile" $L/profile-$F.txt; }
+    if [[ " ${NCU:-} " == *" $F "* ]]; then # per-kernel device times of 2 direct frame steps
+        timeout 200 env DRAMA_CUDA_GRAPHS=0 ncu --clock-control none --launch-skip 3000 --launch-count 700 \
+            --metrics gpu__time_duration.sum --csv /tmp/drama-dev generate --model $M --rows $L/rows100.json \
+            --frames 16 --seed 11 --backend cuda --codes-out $L/ncu-$F.json >$L/ncu-$F.csv 2>$L/ncu-$F.err
+        echo "ncu rc=$?"
+        python3 "$H/device_ncu.py" $L/ncu-$F.csv | tee $L/ncu-$F-summary.txt
+    fi
     save
     if /tmp/drama-dev bench frame --help >/dev/null 2>&1; then
         /tmp/drama-dev bench frame --backend cuda --model $M --frames $FR --prompt-rows 100 >$L/bench-$F.txt 2>&1
