@@ -1,13 +1,23 @@
 /* voices.h - the voice catalog of API.md 5: stored references (transcript + audio + codes).
  *
  * Storage (--voices-dir DIR): DIR/<id>/ holds audio.bin (the uploaded bytes), text.txt,
- * codes.json (CODES.json) and meta.json (frames, duration_s, sha256, fingerprint, created). A
- * voice is written into DIR/.tmp-<id>-<n>/ and renamed into place, so a voice directory is
- * always complete; an existing id makes the rename fail (409, race-free). Paths are built only
- * from ids that passed dr_voice_id_valid. At open, voices whose codec fingerprint differs from
- * the loaded codec's are re-encoded from their audio and rewritten; leftover .tmp-/.trash-
- * directories are removed; an unreadable voice is skipped with a warning. Without a directory
- * the catalog lives in memory.
+ * codes.json (CODES.json) and meta.json (uid, frames, duration_s, sha256, fingerprint, created).
+ * A voice is written (each file fsync'd) into DIR/.tmp-<id>-<random>/ and renamed into place, so
+ * a voice directory is always complete; an existing id makes the rename fail (409, race-free
+ * between replicas). Paths are built only from ids that passed dr_voice_id_valid.
+ *
+ * Replicas: several processes (hosts, on a shared file system) may serve one DIR. The directory
+ * is the truth and memory only a cache: every lookup reads the voice's meta.json and reloads the
+ * voice when it changed (another replica re-created the id) or drops it when it is gone; the
+ * list reads DIR. A voice is read consistently (meta.json before and after its files must be
+ * equal, else it is read again). Delete renames DIR/<id> to .trash-<id>-<random> (atomic: of
+ * two replicas deleting, one gets 0 and the other -1) and then removes it.
+ *
+ * At open, voices whose codec fingerprint differs from the loaded codec's are re-encoded from
+ * their audio and their codes.json/meta.json replaced (each by its own temporary + rename);
+ * .tmp-/.trash- entries older than 10 minutes (interrupted writes or deletes, never another
+ * replica's live one) are removed; an unreadable voice is skipped with a warning. Without a
+ * directory the catalog lives in memory.
  *
  * Voices are immutable and reference-counted: dr_voices_get returns a reference that stays
  * valid after a DELETE (requests already using the voice are unaffected). Thread-safe. */
@@ -32,6 +42,8 @@ typedef struct dr_voice {
     int n_codebooks;
     double duration_s;
     char sha256[65];          /* of the audio bytes */
+    char uid[17];             /* random, new for every upload: a re-created id is another voice */
+    char meta_sig[65];        /* SHA-256 of meta.json as read: the cache's validity check */
     int64_t created;          /* Unix seconds */
     int refs;                 /* atomic */
 } dr_voice;

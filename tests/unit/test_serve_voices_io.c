@@ -1,6 +1,6 @@
 /* test_serve_voices_io.c - the voice catalog (API.md 5): add / 409 / get / list sorted / delete
  * while a request holds the voice / persistence across reopen / re-encoding on a fingerprint
- * change / leftover temporary directories removed / invalid names ignored. The codec is
+ * change / stale leftover temporary directories removed / invalid names ignored. The codec is
  * replaced by a counting encoder here (the catalog's contract is only "encode these bytes");
  * the real codec runs in the e2e tests. Runs under valgrind. */
 #include <setjmp.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
 #include <cmocka.h>
 
@@ -77,6 +78,8 @@ static void test_catalog(void **st) {
     /* reopen: alice comes back from disk without encoding; junk is ignored or cleaned */
     snprintf(p, sizeof p, "%s/.tmp-zed-1-1", vdir);
     assert_int_equal(mkdir(p, 0755), 0);
+    struct timeval old[2] = {{1000000000, 0}, {1000000000, 0}}; /* stale: not a live write of another replica */
+    assert_int_equal(utimes(p, old), 0);
     snprintf(p, sizeof p, "%s/not..valid", vdir);
     assert_int_equal(mkdir(p, 0755), 0);
     snprintf(p, sizeof p, "%s/broken", vdir);
