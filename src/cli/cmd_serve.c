@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/cli_args.h"
 #include "cli/commands.h"
+#include "serve/request.h"
 #include "serve/server.h"
 
 #define MAX_SETS 64
@@ -56,7 +57,10 @@ static void usage(FILE *f) {
             "  --drain-timeout S           on SIGTERM/SIGINT, seconds running requests may finish (30)\n"
             "  --threads N                 model worker threads (0 = physical cores)\n"
             "  --backend B                 cpu | cuda | auto (default auto: CUDA when a usable GPU is present)\n"
-            "  --device N                  GPU index for cuda (default 0)\n"
+            "  --device N                  GPU index for cuda (default 0); one replica per GPU (docs/deploy.md)\n"
+            "  --replica-id ID             this replica's name in X-Served-By and drama_replica_info\n"
+            "                              (1-64 of [A-Za-z0-9._:-]; default HOSTNAME:PORT)\n"
+            "  --test-load-delay S         test hook: stay \"loading\" S seconds before loading the model\n"
             "  --set SWITCH=VALUE          model switch (MODEL.md 10; repeatable)\n"
             "  --no-ui                     no playground page at GET / (docs/serve.md \"Playground\")\n"
             "  -q, --quiet                 no access log\n");
@@ -180,6 +184,12 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             if (a->n_models >= DR_SERVE_MAX_ALIASES) return bad(name, v, "too many aliases");
             o->model_ids[a->n_models++] = v;
         } else if (!strcmp(name, "--drain-timeout")) rc = get_num(name, v, 0, 86400, &o->drain_timeout_s);
+        else if (!strcmp(name, "--replica-id")) {
+            size_t n = strlen(v), ok = n >= 1 && n <= 64;
+            for (size_t k = 0; k < n && ok; k++) ok = dr_replica_id_char(v[k]);
+            if (!ok) return bad(name, v, "expected 1-64 characters of [A-Za-z0-9._:-]");
+            o->replica_id = v;
+        } else if (!strcmp(name, "--test-load-delay")) rc = get_num(name, v, 0, 3600, &o->load_delay_s);
         else if (!strcmp(name, "--threads")) rc = get_int(name, v, 0, 4096, &o->threads);
         else if (!strcmp(name, "--backend") || !strcmp(name, "--device")) {
             dr_backend_choice bc = {(dr_backend_want)o->backend, o->device}; /* drama_backend's values */

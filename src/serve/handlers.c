@@ -65,6 +65,11 @@ enum MHD_Result dr_handle_health(dr_server *s, dr_conn *c) {
     return dr_respond_json(c, h == DR_HEALTH_OK ? 200 : 503, json_pack("{s:s}", "status", status));
 }
 
+enum MHD_Result dr_handle_live(dr_server *s, dr_conn *c) {
+    (void)s;
+    return dr_respond_json(c, 200, json_pack("{s:s}", "status", "alive"));
+}
+
 enum MHD_Result dr_handle_models(dr_server *s, dr_conn *c) {
     json_t *data = json_array();
     /* "drama": server limits a client (the playground) adapts to (docs/serve.md, Decisions) */
@@ -80,6 +85,10 @@ enum MHD_Result dr_handle_models(dr_server *s, dr_conn *c) {
 
 enum MHD_Result dr_handle_metrics(dr_server *s, dr_conn *c) {
     dr_metrics_engine m = {0};
+    static const char *const backends[] = {"auto", "cpu", "cuda"};
+    m.replica_id = s->replica_id;
+    m.backend = (unsigned)s->opt.backend < 3 ? backends[s->opt.backend] : "auto";
+    m.device = s->opt.device;
     if (s->sched) {
         dr_sched_stats st;
         dr_sched_stats_get(s->sched, &st);

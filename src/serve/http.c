@@ -25,6 +25,7 @@ static const dr_route k_routes[] = {
     {"/v1/voices/", 1, "/v1/voices/{id}", DR_AUTH_KEY, dr_handle_voice_get, NULL, dr_handle_voice_delete, 0},
     {"/v1/models", 0, "/v1/models", DR_AUTH_KEY, dr_handle_models, NULL, NULL, 0},
     {"/health", 0, "/health", DR_AUTH_NONE, dr_handle_health, NULL, NULL, 0},
+    {"/health/live", 0, "/health/live", DR_AUTH_NONE, dr_handle_live, NULL, NULL, 0},
     {"/v1/health", 0, "/v1/health", DR_AUTH_NONE, dr_handle_health, dr_handle_health, NULL, 0},
     {"/metrics", 0, "/metrics", DR_AUTH_METRICS, dr_handle_metrics, NULL, NULL, 0},
     {"/", 0, "/", DR_AUTH_NONE, dr_handle_ui, NULL, NULL, 0},            /* the playground (ui.c) */
@@ -51,15 +52,23 @@ static unsigned route_methods(const dr_route *r) {
 
 void dr_response_common_headers(dr_conn *c, struct MHD_Response *r) {
     MHD_add_response_header(r, "X-Request-Id", c->request_id);
+    MHD_add_response_header(r, "X-Served-By", c->srv->replica_id);
     if (c->srv->opt.cors_origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", c->srv->opt.cors_origin);
-        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, X-Seed, X-Audio-Frames");
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, X-Served-By, X-Seed, X-Audio-Frames");
         MHD_add_response_header(r, "Vary", "Origin");
     }
 }
 
 static enum MHD_Result queue(dr_conn *c, int status, struct MHD_Response *r) {
     dr_response_common_headers(c, r);
+    if ((status == 429 || status == 503) && !MHD_get_response_header(r, "Retry-After")) {
+        /* every 429/503 tells balancers and clients when to come back (health included) */
+        dr_api_error e = {0};
+        char ra[24];
+        snprintf(ra, sizeof ra, "%d", dr_server_unavailable(c->srv, &e) && e.retry_after_s > 0 ? e.retry_after_s : 1);
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
     c->status = status;
     enum MHD_Result rc = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -117,7 +126,7 @@ static void make_request_id(dr_conn *c) {
     if (given) {
         size_t n = strlen(given), ok = n >= 1 && n <= 64;
         for (size_t k = 0; k < n && ok; k++)
-            ok = isalnum((unsigned char)given[k]) || strchr("-_.:", given[k]) != NULL;
+            ok = dr_replica_id_char(given[k]);
         if (ok) {
             snprintf(c->request_id, sizeof c->request_id, "%s", given);
             return;

@@ -129,6 +129,11 @@ static void gauge(out_ctx *o, const char *name, const char *help, double v) {
 
 int dr_metrics_render(dr_metrics *m, const dr_metrics_engine *e, dr_bytes *b) {
     out_ctx o = {b, 0};
+    if (e->replica_id) {
+        head(&o, "drama_replica_info", "gauge", "this replica (--replica-id) and its device (--backend, --device); always 1");
+        put(&o, "drama_replica_info{replica_id=\"%s\",backend=\"%s\",device=\"%d\"} 1\n", e->replica_id,
+            e->backend ? e->backend : "auto", e->device);
+    }
     pthread_mutex_lock(&m->mu);
     head(&o, "drama_requests_total", "counter", "HTTP requests by endpoint and status");
     for (int k = 0; k < m->n_reqs; k++)

@@ -25,6 +25,9 @@ typedef struct dr_metrics_engine {
         finish_numerical_error, finish_error;
     int64_t voice_cache_hits, voice_cache_misses, prompt_cache_bytes;
     int64_t memory_host_bytes, memory_device_bytes;
+    const char *replica_id;   /* drama_replica_info labels (characters of dr_replica_id_char) */
+    const char *backend;      /* --backend as given: auto | cpu | cuda */
+    int device;               /* --device */
 } dr_metrics_engine;
 
 dr_metrics *dr_metrics_create(void);

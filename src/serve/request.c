@@ -1,6 +1,7 @@
 /* request.c - /v1/tts, /v1/audio/speech and voice-upload bodies (API.md 3.1, 4, 5). */
 #include "serve/request.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <openssl/evp.h>
 
 const char *const dr_default_model_ids[] = {"drama-3", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", NULL};
+
+int dr_replica_id_char(int ch) { return isalnum((unsigned char)ch) || (ch && strchr("-_.:", ch) != NULL); }
 
 int dr_voice_id_valid(const char *id, size_t len) {
     if (len < 1 || len > 64 || (len == 7 && !memcmp(id, "default", 7))) return 0;

@@ -73,6 +73,9 @@ int dr_parse_voice_upload(const dr_val *body, dr_voice_upload *out, dr_api_error
 
 /* Voice ids (API.md 5): ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$ and not "default". */
 int dr_voice_id_valid(const char *id, size_t len);
+/* A character of an X-Request-Id or --replica-id value: [A-Za-z0-9._:-] (safe in a header and a
+ * Prometheus label value). */
+int dr_replica_id_char(int ch);
 
 /* Strict base64 (standard alphabet, padding optional, whitespace between groups allowed) into a
  * malloc'd buffer; returns 0 or -1 (not base64 / out of memory). */

@@ -41,6 +41,19 @@ static int is_loopback(const struct sockaddr *sa) {
     return 0;
 }
 
+/* --replica-id, else HOSTNAME:PORT (the bound port), characters outside the id set as '_'. */
+static void set_replica_id(dr_server *s) {
+    char host[64] = "";
+    if (s->opt.replica_id) snprintf(s->replica_id, sizeof s->replica_id, "%s", s->opt.replica_id);
+    else {
+        if (gethostname(host, sizeof host - 1) || !host[0]) snprintf(host, sizeof host, "localhost");
+        host[sizeof host - 1] = 0;
+        snprintf(s->replica_id, sizeof s->replica_id, "%s:%d", host, s->port);
+    }
+    for (char *p = s->replica_id; *p; p++)
+        if (!dr_replica_id_char(*p)) *p = '_';
+}
+
 drama_status dr_server_start(dr_server **out, const dr_serve_options *opt, drama_error *err) {
     *out = NULL;
     if (opt->port < 0 || opt->port > 65535) return dr_fail(err, DRAMA_EINVAL, "--port %d: must be 0..65535", opt->port);
@@ -90,20 +103,32 @@ drama_status dr_server_start(dr_server **out, const dr_serve_options *opt, drama
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? (int)info->port : opt->port;
+    set_replica_id(s);
     *out = s;
     return DRAMA_OK;
 }
 
 int dr_server_port(const dr_server *s) { return s->port; }
 
+const char *dr_server_replica_id(const dr_server *s) { return s->replica_id; }
+
 drama_status dr_server_load(dr_server *s, volatile int *stop, drama_error *err) {
+    drama_status st;
+    for (double waited = 0; waited < s->opt.load_delay_s; waited += 0.02) { /* the test hook */
+        if (stop && *stop) {
+            st = dr_fail(err, DRAMA_ECANCELLED, "stopped while loading");
+            goto failed;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     drama_model_options mo;
     drama_model_options_default(&mo);
     mo.threads = s->opt.threads;
     mo.backend = s->opt.backend;
     mo.device = s->opt.device;
     mo.set = s->opt.set;
-    drama_status st = drama_model_open(&s->model, s->opt.model_dir, &mo, err);
+    st = drama_model_open(&s->model, s->opt.model_dir, &mo, err);
     if (st != DRAMA_OK) goto failed;
     dr_sched_options so;
     dr_sched_options_default(&so);

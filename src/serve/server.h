@@ -1,6 +1,7 @@
 /* server.h - `drama serve`: the HTTP server of API.md over the scheduler (serve/scheduler.h).
  *
- * Lifecycle: dr_server_start binds and answers at once (health 503 "loading"); dr_server_load
+ * Lifecycle: dr_server_start binds and answers at once (health 503 "loading", liveness
+ * /health/live 200 from then on); dr_server_load
  * opens the model and starts the scheduler (health 200 once the engine is ready and the voices
  * are loaded); dr_server_drain stops admitting (health 503 "draining"), lets running requests
  * finish for up to drain_timeout_s and cancels the rest; dr_server_free stops the listener. The
@@ -49,6 +50,8 @@ typedef struct dr_serve_options {
     int threads;                 /* model worker threads (0 = all) */
     drama_backend backend;       /* --backend (default auto) */
     int device;                  /* --device: GPU index */
+    const char *replica_id;      /* --replica-id (NULL: HOSTNAME:PORT): X-Served-By, drama_replica_info */
+    double load_delay_s;         /* --test-load-delay: test hook, seconds in "loading" before the load */
     const char *const *set;      /* --set switch=value (NULL-terminated) or NULL */
     int quiet;                   /* no access log */
     int no_ui;                   /* --no-ui: no playground at GET / */
@@ -62,6 +65,8 @@ typedef struct dr_server dr_server;
  * an API key unless allow_no_auth (DRAMA_EINVAL naming --api-key). */
 drama_status dr_server_start(dr_server **out, const dr_serve_options *opt, drama_error *err);
 int dr_server_port(const dr_server *s);
+/* The replica id (--replica-id, else HOSTNAME:PORT) sent in X-Served-By. */
+const char *dr_server_replica_id(const dr_server *s);
 /* Opens the model, starts the scheduler and waits until it is ready (or failed), then loads the
  * voice catalog. Runs on the caller's thread; requests are answered meanwhile. `stop` (may be
  * NULL) is polled: nonzero gives up (DRAMA_ECANCELLED). */

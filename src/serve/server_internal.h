@@ -33,6 +33,7 @@ struct dr_server {
     struct MHD_Daemon *daemon;
     int port;
     int loopback;
+    char replica_id[80];         /* X-Served-By and drama_replica_info{replica_id} */
     atomic_int health;
     drama_model *model;
     dr_sched *sched;
@@ -103,13 +104,15 @@ enum MHD_Result dr_respond_json(dr_conn *c, int status, json_t *body); /* steals
 enum MHD_Result dr_respond_error(dr_conn *c, const dr_api_error *e);
 /* Queues r (common headers added, c->status set) and releases it. */
 enum MHD_Result dr_respond(dr_conn *c, int status, struct MHD_Response *r);
-/* Adds the headers every response carries (X-Request-Id, CORS). */
+/* Adds the headers every response carries (X-Request-Id, X-Served-By, CORS). */
 void dr_response_common_headers(dr_conn *c, struct MHD_Response *r);
 /* The parsed body of a POST (JSON, msgpack, multipart), or NULL with e set. */
 dr_val *dr_conn_body(dr_conn *c, dr_api_error *e);
 
 /* ---- handlers.c ---- */
 enum MHD_Result dr_handle_health(dr_server *s, dr_conn *c);
+/* Liveness (GET /health/live): 200 whenever the process answers HTTP; never asks the engine. */
+enum MHD_Result dr_handle_live(dr_server *s, dr_conn *c);
 enum MHD_Result dr_handle_models(dr_server *s, dr_conn *c);
 enum MHD_Result dr_handle_metrics(dr_server *s, dr_conn *c);
 enum MHD_Result dr_handle_voices_list(dr_server *s, dr_conn *c);
