@@ -510,7 +510,7 @@ json_t *dr_voices_list_json(dr_voices *v) {
     }
     if (d) closedir(d);
     else DR_WARN("voices: cannot read %s: %s", v->dir, strerror(errno));
-    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_names); /* names is NULL when n == 0 */
     for (int k = 0; k < n; k++) {
         dr_voice *voice = dr_voices_get(v, names[k]);
         if (voice) json_array_append_new(arr, dr_voice_json(voice));

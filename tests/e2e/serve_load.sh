@@ -19,6 +19,7 @@ while [ $total -lt 320 ] && [ $runs -lt 50 ]; do
     [ "$(get server_errors)" = 0 ] || fail "5xx under load (c=$c): $r"
     [ "$(get other)" = 0 ] && [ "$(get connect)" = 0 ] && [ "$(get read)" = 0 ] && [ "$(get write)" = 0 ] &&
         [ "$(get timeout)" = 0 ] || fail "socket errors or odd statuses (c=$c): $r"
+    [ "$(get odd_4xx)" = 0 ] || fail "4xx other than the bad body's (c=$c): $r"
     n=$(get requests)
     bad=$(get client_errors)
     # one body in 7 is bad; the requests in flight when wrk stops (at most c) blur the ratio
