@@ -103,7 +103,10 @@ echo "low-memory: rss at end of generate $gen_end, at end of decode $dec_end"
 # resident mode (a.json) keeps them (the size test is e2e_synth_memory, with peaks per phase too)
 wbytes=$(cat "$MODEL"/model*.safetensors | wc -c)
 a_gen=$(jq .phases.generate.rss_end_bytes a.json); a_dec=$(jq .phases.decode.rss_end_bytes a.json)
-if [ "$gen_end" -gt 0 ] && [ "$dec_end" -gt 0 ] && [ "$a_gen" -gt 0 ] && [ "$a_dec" -gt 0 ]; then
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+    # ASan's allocator quarantines freed memory, so resident sizes do not show the release there
+    echo "low-memory: the release is not measurable under ASan (quarantine); asserted in the release build"
+elif [ "$gen_end" -gt 0 ] && [ "$dec_end" -gt 0 ] && [ "$a_gen" -gt 0 ] && [ "$a_dec" -gt 0 ]; then
     [ $((gen_end - dec_end)) -gt $((wbytes / 2)) ] \
         || fail "--low-memory: decode ends at $dec_end, not half the weights ($wbytes) below generate's $gen_end"
     [ $((a_gen - a_dec)) -lt $((wbytes / 2)) ] || fail "resident mode released the weights ($a_gen -> $a_dec)"
