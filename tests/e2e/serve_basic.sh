@@ -98,10 +98,7 @@ s=$(req GET /health "$O"); [ "$s" = 503 ] && [ "$(jq -r .status "$O")" = drainin
 s=$(post_json /v1/tts '{"text": "late", "frames": 2}' "$O"); expect_error "$O" 503 "$s" draining null
 wait $P
 [ "$(cat "$WORK/drain.status")" = 200 ] && [ "$(size "$WORK/drain.pcm")" = $((300 * 2 * SPF)) ] || fail "the running request did not finish"
-for i in $(seq 1 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-rc=0; wait "$SERVER_PID" || rc=$?
-SERVER_PID=""
-[ $rc = 0 ] || fail "exit status $rc after the drain"
+wait_server_exit
 ok "SIGTERM: 503 draining, the running request finished, exit 0"
 # drain timeout: a request longer than --drain-timeout is cancelled; exit 0 all the same
 SERVER_TAG=server-drain2 start_server --drain-timeout 0.3 -q

@@ -70,10 +70,8 @@ start_server() {
     fail "server not healthy after 60 s"
 }
 
-# stop_server: SIGTERM, wait (bounded), require exit status 0.
-stop_server() {
-    [ -n "$SERVER_PID" ] || return 0
-    kill -TERM "$SERVER_PID"
+# wait_server_exit: after a SIGTERM already sent, wait (bounded, 60 s), require exit status 0.
+wait_server_exit() {
     local i
     for i in $(seq 1 600); do
         kill -0 "$SERVER_PID" 2>/dev/null || break
@@ -84,6 +82,13 @@ stop_server() {
     wait "$SERVER_PID" || rc=$?
     SERVER_PID=""
     [ $rc -eq 0 ] || fail "server exited with status $rc after SIGTERM"
+}
+
+# stop_server: SIGTERM, then wait_server_exit.
+stop_server() {
+    [ -n "$SERVER_PID" ] || return 0
+    kill -TERM "$SERVER_PID"
+    wait_server_exit
 }
 
 # req METHOD PATH OUT [curl args...]: one request; prints the status; headers in OUT.h.

@@ -69,10 +69,7 @@ s=$(post_json /v1/tts '{"text": "late", "frames": 2}' "$O"); expect_error "$O" 5
 [ -n "$(header "$O" Retry-After)" ] || fail "503 draining without Retry-After"
 wait $P
 [ "$(cat "$WORK/drain.status")" = 200 ] && [ "$(size "$WORK/drain.pcm")" = $((200 * 2 * SPF)) ] || fail "the running request was cut"
-for i in $(seq 1 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-rc=0; wait "$SERVER_PID" || rc=$?
-SERVER_PID=""
-[ $rc = 0 ] || fail "exit status $rc after the drain"
+wait_server_exit
 ok "drain: health 503 draining + Retry-After, liveness 200, new requests 503 + Retry-After, running one whole, exit 0"
 
 # the default replica id is HOSTNAME:PORT
