@@ -6,9 +6,11 @@ set -eu
 PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev valgrind \
 libjansson-dev libmicrohttpd-dev libsndfile1-dev libsoxr-dev libpcre2-dev \
 libutf8proc-dev libssl-dev libcurl4-openssl-dev libcmocka-dev libopenblas-dev zlib1g-dev curl jq \
-libmsgpack-dev libmp3lame-dev libopusenc-dev wrk opus-tools mpg123 chromium tidy haproxy"
+libmsgpack-dev libmp3lame-dev libopusenc-dev wrk opus-tools mpg123 chromium tidy haproxy systemd"
 # chromium, tidy: the playground's browser test and HTML check (tests/e2e/serve_ui*.sh).
 # haproxy: the balancer of tests/e2e/scale_haproxy.sh and deploy/haproxy.cfg.
+# systemd: systemd-analyze verify/security on deploy/drama@.service (tests/e2e/deploy_systemd.sh;
+# offline, no running systemd needed).
 # The server's client tests run Node (openai, @msgpack/msgpack, puppeteer-core); a Node already on PATH (with its
 # own npm) is used as it is, else Debian's.
 if ! command -v npm >/dev/null 2>&1; then PKGS="$PKGS nodejs npm"; fi
