@@ -117,6 +117,13 @@ void dr_codec_stream_set_pool(dr_codec_stream *s, dr_pool *pool);
 drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int64_t n_frames, float *out,
                                   drama_error *err);
 int64_t dr_codec_stream_frames(const dr_codec_stream *s); /* frames fed so far */
+/* Wall seconds per decoder stage, added to seconds[DR_CODEC_N_STAGES] by every feed (NULL: off;
+ * `drama bench codec`): 0 post_module, 1 upsample, 2 decoder input conv, 3 + 2b / 4 + 2b block b's
+ * upsampling / residual units, last the output conv. dr_codec_stage_name writes a stage's name. */
+#define DR_CODEC_N_STAGES (4 + 2 * DR_CODEC_MAX_RATES)
+void dr_codec_stream_set_profile(dr_codec_stream *s, double *seconds);
+const char *dr_codec_stage_name(int stage, char *buf, size_t len);
+double dr_codec_stage_flops_per_frame(const dr_codec *c, int stage); /* decode FLOPs of one stage */
 
 /* Whole decode: a fresh stream fed everything. */
 drama_status dr_codec_decode(const dr_codec *c, const int32_t *codes, int64_t n_frames, float *out,

@@ -3,8 +3,10 @@
  * the history it needs, so any chunking gives bit-identical samples. Long inputs are processed
  * in sub-chunks of CHUNK frames, which bounds memory and changes nothing (same rule). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "codec/internal.h"
@@ -18,7 +20,34 @@ struct dr_codec_stream {
     dr_codec_tap_fn tap;
     void *tap_ctx;
     dr_pool *pool; /* NULL: the codec's */
+    double *prof;  /* [DR_CODEC_N_STAGES] seconds per stage, accumulated; NULL: off */
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the time since *t0 goes to stage `stage` (when profiling), and *t0 moves on */
+static void lap(const dr_codec_stream *s, int stage, double *t0) {
+    if (!s->prof) return;
+    double t = now_s();
+    s->prof[stage] += t - *t0;
+    *t0 = t;
+}
+
+const char *dr_codec_stage_name(int stage, char *buf, size_t len) {
+    if (stage == 0) snprintf(buf, len, "codes + post_module");
+    else if (stage == 1) snprintf(buf, len, "upsample + convnext");
+    else if (stage == 2) snprintf(buf, len, "decoder in conv");
+    else if (stage < DR_CODEC_N_STAGES - 1)
+        snprintf(buf, len, "block %d %s", (stage - 3) / 2, (stage - 3) % 2 ? "residual units" : "snake + upconv");
+    else snprintf(buf, len, "snake + out conv + tanh");
+    return buf;
+}
+
+void dr_codec_stream_set_profile(dr_codec_stream *s, double *seconds) { s->prof = seconds; }
 
 drama_status cd_state_init(const dr_codec *c, int path, cd_state *s, drama_error *err) {
     memset(s, 0, sizeof *s);
@@ -139,6 +168,7 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     float **hist = s->st.conv;
     int Q = cf->q_input_dim, K = cf->num_codebooks;
     act a = {0};
+    double t0 = s->prof ? now_s() : 0;
     drama_status rc = next_buf(&a, Q, T, err);
     if (rc) return rc;
     /* z = q0 + (q1 + ... + q9), the reference's order of sums */
@@ -170,22 +200,29 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
         if (rc) goto done;
     }
     if (s->tap) s->tap(s->tap_ctx, "z_post", a.x, Q, T);
+    lap(s, 0, &t0);
     for (int i = 0; i < cf->n_down; i++) {
         if ((rc = conv_step(&c->up[i], hist, &a, pool, err))) goto done;
         if ((rc = cd_convnext_run(&c->up_cnx[i], hist, a.x, a.len, pool, err))) goto done;
     }
     if (s->tap) s->tap(s->tap_ctx, "z_up", a.x, (int)a.ch, a.len);
+    lap(s, 1, &t0);
     if ((rc = conv_step(&c->dec_in, hist, &a, pool, err))) goto done;
+    lap(s, 2, &t0);
     for (int b = 0; b < cf->n_decoder_rates; b++) {
         const cd_dec_block *db = &c->dec[b];
+        int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
         cd_snake_run(&db->snake, a.x, a.len, pool);
         if ((rc = conv_step(&db->up, hist, &a, pool, err))) goto done;
+        lap(s, st, &t0);
         for (int r = 0; r < cf->n_dilations; r++)
             if ((rc = cd_ru_run(&db->ru[r], hist, a.x, a.len, pool, err))) goto done;
+        lap(s, st + 1, &t0);
     }
     cd_snake_run(&c->dec_snake, a.x, a.len, pool);
     if ((rc = conv_step(&c->dec_out, hist, &a, pool, err))) goto done;
     cd_tanh(a.x, out, a.len);
+    lap(s, DR_CODEC_N_STAGES - 1, &t0);
 done:
     dr_free(a.x);
     return rc;

@@ -41,23 +41,37 @@ static double cnx_flops(const cd_convnext *b, double steps) {
     return f + conv_flops(&b->pw2, &s);
 }
 
+/* decode FLOPs per frame of each stage (DR_CODEC_N_STAGES, the stages of dr_codec_stream_set_profile) */
+static double decode_stage_flops(const dr_codec *c, double *stage) {
+    const dr_codec_config *cf = &c->cfg;
+    double s = 1, f = 0; /* latent steps per frame */
+    for (int i = 0; i < DR_CODEC_N_STAGES; i++) stage[i] = 0;
+    stage[0] = tf_flops(&c->post, s);
+    for (int i = 0; i < cf->n_down; i++) {
+        stage[1] += conv_flops(&c->up[i], &s);
+        stage[1] += cnx_flops(&c->up_cnx[i], s);
+    }
+    stage[2] = conv_flops(&c->dec_in, &s);
+    for (int b = 0; b < cf->n_decoder_rates; b++) {
+        int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
+        stage[st] += conv_flops(&c->dec[b].up, &s);
+        for (int r = 0; r < cf->n_dilations; r++) stage[st + 1] += ru_flops(&c->dec[b].ru[r], s);
+    }
+    stage[DR_CODEC_N_STAGES - 1] = conv_flops(&c->dec_out, &s);
+    for (int i = 0; i < DR_CODEC_N_STAGES; i++) f += stage[i];
+    return f;
+}
+
+double dr_codec_stage_flops_per_frame(const dr_codec *c, int stage) {
+    double st[DR_CODEC_N_STAGES];
+    decode_stage_flops(c, st);
+    return stage >= 0 && stage < DR_CODEC_N_STAGES ? st[stage] : 0;
+}
+
 double dr_codec_flops_per_frame(const dr_codec *c, int encode) {
     const dr_codec_config *cf = &c->cfg;
-    double f = 0, s;
-    if (!encode) {
-        s = 1; /* latent steps per frame */
-        f += tf_flops(&c->post, s);
-        for (int i = 0; i < cf->n_down; i++) {
-            f += conv_flops(&c->up[i], &s);
-            f += cnx_flops(&c->up_cnx[i], s);
-        }
-        f += conv_flops(&c->dec_in, &s);
-        for (int b = 0; b < cf->n_decoder_rates; b++) {
-            f += conv_flops(&c->dec[b].up, &s);
-            for (int r = 0; r < cf->n_dilations; r++) f += ru_flops(&c->dec[b].ru[r], s);
-        }
-        return f + conv_flops(&c->dec_out, &s);
-    }
+    double f = 0, s, st[DR_CODEC_N_STAGES];
+    if (!encode) return decode_stage_flops(c, st);
     s = cf->frame_length; /* samples per frame */
     f += conv_flops(&c->enc_in, &s);
     for (int b = 0; b < cf->n_encoder_rates; b++) {

@@ -206,8 +206,11 @@ typedef struct conv_run {
 static void conv_task(void *ctx, int64_t idx, int worker) {
     (void)worker;
     const conv_run *cr = ctx;
-    int64_t per_phase = cr->n_ob * cr->n_tiles, q = idx / per_phase, rest = idx % per_phase;
-    int64_t ob = rest / cr->n_tiles, tile = rest % cr->n_tiles;
+    /* tile-major: a thread's contiguous run of tasks shares one input tile across phases and weight
+     * blocks, so the tile is read from memory once and then from its cache (ob-major order read
+     * every tile again for each weight block: from DRAM once activations outgrow the caches) */
+    int64_t per_tile = cr->n_ob * cr->n_phase, tile = idx / per_tile, rest = idx % per_tile;
+    int64_t q = rest / cr->n_ob, ob = rest % cr->n_ob;
     cd_conv_job j = cr->j;
     j.w += q * cr->phase_len;
     j.yoff = q;

@@ -8,13 +8,17 @@
  * cores x FMA units x fp32 lanes per unit x 2 x clock: cores = the pool's threads (at most the
  * online CPUs); FMA units and lanes are what the microarchitecture executes per cycle (defaults: 2
  * units; 16 lanes for AVX-512 on Intel, 8 otherwise: AMD Zen 4 runs 512-bit FMAs on two 256-bit
- * pipes; --fma-units / --lanes override); the clock is measured on all pool threads at once (a
- * chain of dependent integer adds, one per cycle; the mean) and /proc/cpuinfo's "cpu MHz" is printed next to it. The bench ends with
+ * pipes; --fma-units / --lanes override); the clock is measured on all pool threads at once (core_ghz;
+ * the mean), cpuinfo's "cpu MHz" replaces it when it is implausible, --clock-ghz states it; the
+ * line says which was used. Each mode also shows its process CPU time and GFLOP per CPU-second
+ * against one core's peak (the kernels' efficiency on a shared machine), and the whole decode is
+ * broken down by stage (dr_codec_stream_set_profile) to show which stages scale. The bench ends with
  * `ratio_to_floor X` = decode time / (FLOPs / peak), the compute floor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cli_args.h"
@@ -60,18 +64,35 @@ static int ends(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* GHz of one core: 8 dependent adds per loop pass take 8 cycles; best of 3 runs */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double process_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GHz of one core while it runs: a chain of dependent 64-bit multiplies (latency 3 cycles on
+ * every x86-64 core since Core 2 and Zen; an add chain is not used because Golden Cove folds
+ * add-immediate chains in the renamer and read 10 GHz on a 2.1 GHz Xeon), timed in this
+ * thread's CPU time so that time the thread spent descheduled on a busy machine does not count;
+ * best of 3 runs */
 static double core_ghz(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        uint64_t x = 0, n = 100000000;
-        double t0 = dr_bench_now();
+        uint64_t x = 3, m = 0x9e3779b97f4a7c15ull, n = 30000000;
+        double t0 = thread_cpu_s();
         for (uint64_t i = 0; i < n; i += 8)
-            __asm__ volatile("add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\t"
-                             "add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0"
-                             : "+r"(x));
-        double ghz = (double)n / (dr_bench_now() - t0) / 1e9;
+            __asm__ volatile("imul %1,%0\n\timul %1,%0\n\timul %1,%0\n\timul %1,%0\n\t"
+                             "imul %1,%0\n\timul %1,%0\n\timul %1,%0\n\timul %1,%0"
+                             : "+r"(x)
+                             : "r"(m));
+        double dt = thread_cpu_s() - t0, ghz = dt > 0 ? 3.0 * (double)n / dt / 1e9 : 0;
         if (ghz > best) best = ghz;
     }
     return best;
@@ -116,27 +137,33 @@ static double cpuinfo(char *vendor, size_t vlen) {
 }
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: drama bench codec [--frames N] [--threads T] [--no-encode] [--fma-units U] [--lanes L]\n"
+    fprintf(f, "usage: drama bench codec [--frames N] [--threads T] [--no-encode] [--fma-units U] [--lanes L] [--clock-ghz G]\n"
                "  The codec at the real size with random weights: whole decode, streaming one frame per call,\n"
                "  encode; frames/s, x real time, GFLOP/s and %% of the fp32 FMA peak (cores x FMA units x\n"
-               "  lanes x 2 x measured clock). --frames N (default 32)  --threads T (default: all CPUs)\n"
+               "  lanes x 2 x clock: measured, cpuinfo's when the probe is implausible, or --clock-ghz G),\n"
+               "  GFLOP per CPU-second against one core's peak, and the whole decode by stage.\n"
+               "  --frames N (default 32)  --threads T (default: all CPUs)\n"
                "  DRAMA_CODEC_ISA=portable|avx2 runs a narrower kernel than the CPU's best.\n");
     return f == stdout ? 0 : 2;
 }
 
 typedef struct row {
     const char *mode;
-    double frames, seconds;
+    double frames, seconds, cpu_s;
 } row;
 
-static void print_row(const row *r, double rate, double flops_frame, double peak) {
+/* core_peak: one core's peak (GFLOP/s); the last column is GFLOP per CPU-second over it, the
+ * kernels' efficiency whatever else shares the machine */
+static void print_row(const row *r, double rate, double flops_frame, double peak, double core_peak) {
     double fps = r->frames / r->seconds, gf = fps * flops_frame / 1e9;
-    printf("  %-24s %6.0f %9.3f %9.2f %8.3f %9.1f %7.1f%%\n", r->mode, r->frames, r->seconds, fps, fps / rate, gf,
-           peak > 0 ? 100.0 * gf / peak : 0.0);
+    double gf_cpu = r->cpu_s > 0 ? r->frames * flops_frame / 1e9 / r->cpu_s : 0;
+    printf("  %-24s %6.0f %9.3f %9.2f %8.3f %9.1f %7.1f%% %8.3f %7.1f%%\n", r->mode, r->frames, r->seconds, fps,
+           fps / rate, gf, peak > 0 ? 100.0 * gf / peak : 0.0, r->cpu_s, core_peak > 0 ? 100.0 * gf_cpu / core_peak : 0.0);
 }
 
 int dr_bench_codec_main(int argc, char **argv) {
     long long frames = 32, threads = 0, units = 2, lanes = 0;
+    double clock_ghz = 0; /* --clock-ghz: stated instead of measured */
     int encode = 1;
     const char *cmd = "bench codec";
     for (int i = 1; i < argc; i++) {
@@ -147,6 +174,11 @@ int dr_bench_codec_main(int argc, char **argv) {
                          : !strcmp(a, "--lanes")     ? &lanes
                                                      : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
+        if (!strcmp(a, "--clock-ghz")) {
+            if (!dr_cli_num(cmd, a, v, 0.1, 10.0, 0, &clock_ghz)) return 2;
+            i++;
+            continue;
+        }
         if (dst) {
             if (!dr_cli_int(cmd, a, v, dst == &threads || dst == &lanes ? 0 : 1, dst == &frames ? 100000 : 4096, dst))
                 return 2;
@@ -217,7 +249,14 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     /* the machine's fp32 FMA peak */
     char vendor[64];
-    double mhz = cpuinfo(vendor, sizeof vendor), ghz = measure_ghz(pool);
+    double mhz = cpuinfo(vendor, sizeof vendor), measured = measure_ghz(pool), ghz = measured;
+    /* the measured clock unless it is implausible next to cpuinfo's nominal one (turbo reaches
+     * ~1.8x nominal; a probe far outside that is broken on this core) or a clock was stated */
+    const char *clock_src = "measured: dependent imul chain, 3 cycles each, in thread CPU time, mean of all threads";
+    if (clock_ghz > 0) ghz = clock_ghz, clock_src = "stated with --clock-ghz";
+    else if (mhz > 0 && (measured < 0.4e-3 * mhz || measured > 2.5e-3 * mhz))
+        ghz = mhz / 1e3, clock_src = "cpuinfo's nominal MHz: the measured clock is implausible";
+    else if (measured <= 0 && mhz > 0) ghz = mhz / 1e3, clock_src = "cpuinfo's nominal MHz: no probe on this CPU";
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int cores = dr_pool_threads(pool);
     if (online > 0 && cores > online) cores = (int)online;
@@ -231,42 +270,59 @@ int dr_bench_codec_main(int argc, char **argv) {
     printf("  FLOPs per frame: decode %.3f G, encode %.3f G (codec/flops.c: 2 per multiply-add of every conv and\n"
            "  transformer weight, attention over the window; elementwise ops not counted); real time = %.2f frames/s\n",
            fd / 1e9, fe / 1e9, rate);
-    printf("  peak = %d cores x %lld FMA units x %lld fp32 lanes x 2 x %.3f GHz (measured on all threads at once; cpuinfo says %.0f MHz, %s)"
-           " = %.1f GFLOP/s\n",
-           cores, units, lanes, ghz, mhz, vendor[0] ? vendor : "vendor unknown", peak);
-    printf("  %-24s %6s %9s %9s %8s %9s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s", "of peak");
-    row whole = {"decode whole", (double)frames, 0}, stream = {"decode stream, 1/call", (double)frames, 0};
-    t0 = dr_bench_now();
-    if (dr_codec_decode(codec, codes, frames, a, &err)) {
-        fprintf(stderr, "drama bench codec: %s\n", err.message);
-        goto done;
-    }
-    whole.seconds = dr_bench_now() - t0;
-    print_row(&whole, rate, fd, peak);
+    double core_peak = (double)units * (double)lanes * 2.0 * ghz;
+    printf("  clock %.3f GHz (%s); probe %.3f GHz, cpuinfo %.0f MHz, %s\n", ghz, clock_src, measured, mhz,
+           vendor[0] ? vendor : "vendor unknown");
+    printf("  peak = %d cores x %lld FMA units x %lld fp32 lanes x 2 x %.3f GHz = %.1f GFLOP/s\n", cores, units, lanes,
+           ghz, peak);
+    printf("  %-24s %6s %9s %9s %8s %9s %8s %8s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s",
+           "of peak", "CPU s", "per CPU");
+    row whole = {"decode whole", (double)frames, 0, 0}, stream = {"decode stream, 1/call", (double)frames, 0, 0};
+    double prof[DR_CODEC_N_STAGES] = {0}, c0;
     if (dr_codec_stream_create(codec, &s, &err)) {
         fprintf(stderr, "drama bench codec: %s\n", err.message);
         goto done;
     }
-    t0 = dr_bench_now();
+    dr_codec_stream_set_profile(s, prof);
+    t0 = dr_bench_now(), c0 = process_cpu_s();
+    if (dr_codec_stream_feed(s, codes, frames, a, &err)) { /* a whole decode: one feed of everything */
+        fprintf(stderr, "drama bench codec: %s\n", err.message);
+        goto done;
+    }
+    whole.seconds = dr_bench_now() - t0, whole.cpu_s = process_cpu_s() - c0;
+    print_row(&whole, rate, fd, peak, core_peak);
+    dr_codec_stream_set_profile(s, NULL);
+    dr_codec_stream_reset(s);
+    t0 = dr_bench_now(), c0 = process_cpu_s();
     for (int64_t f = 0; f < frames; f++)
         if (dr_codec_stream_feed(s, codes + f * K, 1, b + f * FL, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
-    stream.seconds = dr_bench_now() - t0;
-    print_row(&stream, rate, fd, peak);
+    stream.seconds = dr_bench_now() - t0, stream.cpu_s = process_cpu_s() - c0;
+    print_row(&stream, rate, fd, peak, core_peak);
     int same = !memcmp(a, b, (size_t)frames * FL * 4);
     if (encode) {
         int64_t T;
-        t0 = dr_bench_now();
+        t0 = dr_bench_now(), c0 = process_cpu_s();
         if (dr_codec_encode(codec, a, frames * FL, &enc, &T, NULL, NULL, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
-        row e = {"encode", (double)T, dr_bench_now() - t0};
-        print_row(&e, rate, fe, peak);
+        row e = {"encode", (double)T, dr_bench_now() - t0, 0};
+        e.cpu_s = process_cpu_s() - c0;
+        print_row(&e, rate, fe, peak, core_peak);
     }
     printf("  streaming == whole decode (bitwise): %s\n", same ? "yes" : "NO");
+    printf("  whole decode by stage (wall time; %% of peak at this thread count):\n");
+    for (int i = 0; i < DR_CODEC_N_STAGES; i++) {
+        double f = dr_codec_stage_flops_per_frame(codec, i) * (double)frames;
+        if (prof[i] <= 0 && f <= 0) continue;
+        char name[64];
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
+               dr_codec_stage_name(i, name, sizeof name), prof[i] * 1e3, 100.0 * prof[i] / whole.seconds,
+               prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0);
+    }
     double floor_s = peak > 0 ? frames * fd / (peak * 1e9) : 0;
     dr_bench_line("decode_floor", floor_s * 1e3, 1, "ms (decode FLOPs / peak)");
     printf("ratio_to_floor %.2f\n", floor_s > 0 ? whole.seconds / floor_s : 0.0);
