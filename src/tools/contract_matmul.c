@@ -316,11 +316,26 @@ static void run_control(const dr_weight *w, const float *x, int64_t n, float *y,
     free(row);
 }
 
+/* variant: format | path << 8 | (block isa + 1) << 16 (0: the path's own choice) | planted << 20 */
+#define CT_BLOCK(isa, planted) ((((int)(isa) + 1) << 16) | ((planted) << 20))
+
+/* The product under test: the path, and for the block entries an explicit n > 1 block kernel. */
+static void product(const ct_kernel *k, const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                    dr_pool *pool) {
+    dr_cpu_path path = (dr_cpu_path)((k->variant >> 8) & 0xFF);
+    int isa = ((k->variant >> 16) & 0xF) - 1;
+    if (isa < 0)
+        dr_cpu_matmul_path(w, r0, r1, x, n, y, pool, path);
+    else
+        dr_cpu_matmul_block(w, r0, r1, x, n, y, pool, path,
+                            dr_cpu_block_kernel((dr_cpu_block_isa)isa, (k->variant >> 20) & 1));
+}
+
 static void run_kernel(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n, float *y) {
     if (k->control && k->control != C_VEC_PLANT)
         run_control(w, x, n, y, k->control);
     else
-        dr_cpu_matmul_path(w, 0, w->rows, x, n, y, ctx->pool, (dr_cpu_path)(k->variant >> 8));
+        product(k, w, 0, w->rows, x, n, y, ctx->pool);
 }
 
 static int run_cpu(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const float *x, int64_t n, float *y,
@@ -487,7 +502,7 @@ static void structure_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         }
         float *y = malloc((size_t)(n * (r1 - r0)) * sizeof *y);
         ct_poison(y, n * (r1 - r0));
-        dr_cpu_matmul_path(&f->t.w, r0, r1, f->x, n, y, runs[i][4] ? ctx->pool : NULL, (dr_cpu_path)(k->variant >> 8));
+        product(k, &f->t.w, r0, r1, f->x, n, y, runs[i][4] ? ctx->pool : NULL);
         ct_mm_compare_rows(res, name, f, 0, n, r0, r1, y);
         free(y);
     }
@@ -545,6 +560,17 @@ int ct_matmul_kernels(ct_kernel *out, int max) {
             n++;
         }
     }
+    /* the n > 1 block kernels of each instruction set the CPU has, explicitly (the avx2 entries
+     * above run the best one); the kernels see dequantised fp32 rows, so three formats suffice */
+    const int block_fmts[] = {CT_F_F32, CT_F_BF16, CT_F_AFF4};
+    const struct { dr_cpu_block_isa isa; const char *backend; } b[] = {{DR_CPU_BLOCK_AVX2, "cpu/avx2-block"},
+                                                                        {DR_CPU_BLOCK_AVX512, "cpu/avx512-block"}};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; dr_cpu_block_kernel(b[i].isa, 0) && j < 3 && n < max; j++, n++)
+            out[n] = (ct_kernel){.name = ct_matmul_names[block_fmts[j]], .backend = b[i].backend,
+                                 .precision = k_precision, .check = check, .time = time_kernel,
+                                 .time_shape = "[2048,2048] n=1", .limit_ms = 20.0,
+                                 .variant = block_fmts[j] | (DR_CPU_AVX2 << 8) | CT_BLOCK(b[i].isa, 0)};
     return n;
 }
 
@@ -583,5 +609,19 @@ int ct_matmul_controls(ct_kernel *out, int max) {
         out[n] = (ct_kernel){.name = ct_matmul_names[v[i].f], .backend = "cpu/avx2-control", .precision = k_precision,
                              .check = check, .variant = v[i].f | ((int)v[i].path << 8), .control = C_VEC_PLANT,
                              .control_desc = v[i].desc};
+    /* the block kernels' tile loops with the last weight row of a tile loading the previous one */
+    const struct { dr_cpu_block_isa isa; int f; const char *desc; } bp[] = {
+        {DR_CPU_BLOCK_AVX2, CT_F_BF16, "AVX2 block tile: last weight row loads the previous row"},
+        {DR_CPU_BLOCK_AVX512, CT_F_BF16, "AVX-512 block tile: last weight row loads the previous row"},
+        {DR_CPU_BLOCK_AVX512, CT_F_AFF4, "AVX-512 block tile: last weight row loads the previous row"}};
+    for (size_t i = 0; i < sizeof bp / sizeof bp[0] && n < max; i++) {
+        if (!dr_cpu_block_kernel(bp[i].isa, 1)) continue;
+        out[n++] = (ct_kernel){.name = ct_matmul_names[bp[i].f],
+                               .backend = bp[i].isa == DR_CPU_BLOCK_AVX2 ? "cpu/avx2-block-control"
+                                                                          : "cpu/avx512-block-control",
+                               .precision = k_precision, .check = check,
+                               .variant = bp[i].f | (DR_CPU_AVX2 << 8) | CT_BLOCK(bp[i].isa, 1),
+                               .control = C_VEC_PLANT, .control_desc = bp[i].desc};
+    }
     return n;
 }

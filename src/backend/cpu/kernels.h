@@ -69,4 +69,26 @@ int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp);
 void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,
                           int64_t ldy);
 
+/* n > 1 products: register-blocked micro-kernels (matmul_block.c). y[b * ldy + i] = the canonical
+ * dot product of x + b * ldx and w + i * ldw over len elements, for b < nx, i < nw: the same bits
+ * as dot_rows for every element (only the order in which outputs are visited differs). */
+typedef void (*dr_cpu_block_fn)(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw,
+                                int64_t len, float *y, int64_t ldy);
+typedef enum dr_cpu_block_isa { DR_CPU_BLOCK_BEST = -1, DR_CPU_BLOCK_AVX2 = 0, DR_CPU_BLOCK_AVX512 = 1 } dr_cpu_block_isa;
+/* The block kernel of an instruction set (BEST: AVX-512 where the CPU has it, else AVX2), or its
+ * planted copy (planted = 1, for `drama contract`); NULL where the CPU lacks it. */
+dr_cpu_block_fn dr_cpu_block_kernel(dr_cpu_block_isa isa, int planted);
+void dr_cpu_block_avx2(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw, int64_t len,
+                       float *y, int64_t ldy);
+void dr_cpu_block_avx512(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw, int64_t len,
+                         float *y, int64_t ldy);
+void dr_cpu_blockp_avx2(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw, int64_t len,
+                        float *y, int64_t ldy);
+void dr_cpu_blockp_avx512(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw,
+                          int64_t len, float *y, int64_t ldy);
+/* dr_cpu_matmul_path with an explicit block kernel for n > 1 (NULL: dot_rows / the portable dot).
+ * dr_cpu_matmul_path uses dr_cpu_block_kernel(BEST, 0) on the AVX2 path, none on the others. */
+void dr_cpu_matmul_block(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                         dr_pool *pool, dr_cpu_path path, dr_cpu_block_fn block);
+
 #endif

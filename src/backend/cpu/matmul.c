@@ -114,6 +114,7 @@ typedef struct mm_job {
     int64_t ld_scratch;
     int rows_per_task;
     const dr_cpu_vec_fns *vec; /* NULL: portable */
+    dr_cpu_block_fn block;     /* n > 1: register-blocked tiles (matmul_block.c), or NULL */
 } mm_job;
 
 static void dequant(const mm_job *j, int64_t r, float *out) {
@@ -148,6 +149,10 @@ static void mm_task(void *ctx, int64_t t, int worker) {
     for (int64_t i = i0; i < i1; i++) dequant(j, j->r0 + i, buf + (i - i0) * j->ld_scratch);
     for (int64_t b0 = 0; b0 < j->n; b0 += MM_XTILE) {
         int64_t nb = j->n - b0 < MM_XTILE ? j->n - b0 : MM_XTILE;
+        if (j->block) {
+            j->block(j->x + b0 * cols, cols, nb, buf, j->ld_scratch, i1 - i0, cols, j->y + b0 * j->ldy + i0, j->ldy);
+            continue;
+        }
         for (int64_t i = i0; i < i1; i++)
             dots(j, j->x + b0 * cols, nb, buf + (i - i0) * j->ld_scratch, j->y + b0 * j->ldy + i);
     }
@@ -155,10 +160,17 @@ static void mm_task(void *ctx, int64_t t, int worker) {
 
 void dr_cpu_matmul_path(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
                         dr_pool *pool, dr_cpu_path path) {
+    dr_cpu_path p = resolve(path);
+    dr_cpu_matmul_block(w, r0, r1, x, n, y, pool, p, p == DR_CPU_AVX2 ? dr_cpu_block_kernel(DR_CPU_BLOCK_BEST, 0) : NULL);
+}
+
+void dr_cpu_matmul_block(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                         dr_pool *pool, dr_cpu_path path, dr_cpu_block_fn block) {
     if (!w || n <= 0 || r1 <= r0) return;
     int threads = pool ? dr_pool_threads(pool) : 1;
     if (threads < 1) threads = 1;
-    mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .vec = vec_of(resolve(path))};
+    mm_job j = {.w = w, .r0 = r0, .nrows = r1 - r0, .x = x, .n = n, .y = y, .ldy = r1 - r0, .vec = vec_of(resolve(path)),
+              .block = n > 1 ? block : NULL};
     j.ld_scratch = (w->cols + 15) & ~(int64_t)15; /* keep each row on its own cache lines */
     /* at most 64 KiB of rows per worker: stays in L2 and below malloc's mmap threshold, which
      * matters when callers (the MoE) issue many small products */
