@@ -263,7 +263,7 @@ static int find_units(const char *golden_dir) {
 }
 
 int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir) {
-    if (!find_units(golden_dir) || max < 5) return 0;
+    if (!find_units(golden_dir) || max < 6) return 0;
     int n = 0;
     out[n++] = (ct_kernel){.name = "format.e4m3", .backend = "cpu",
                            .precision = "exact: 256-code table (value, sign, NaN) via num and the kernel decoder; "
@@ -275,11 +275,12 @@ int ct_golden_kernels(ct_kernel *out, int max, const char *golden_dir) {
                            .check = check_e2m1, .variant = G_E2M1, .data = k_path};
     out[n++] = (ct_kernel){.name = "format.bf16", .backend = "cpu", .precision = "exact: RNE encode of the probes",
                            .check = check_bf16, .variant = G_BF16, .data = k_path};
-    const dr_cpu_path paths[2] = {DR_CPU_AVX2, DR_CPU_PORTABLE};
-    for (int p = 0; p < 2; p++) {
-        if (paths[p] == DR_CPU_AVX2 && dr_cpu_best_path() != DR_CPU_AVX2) continue;
+    const dr_cpu_path paths[3] = {DR_CPU_AVX512, DR_CPU_AVX2, DR_CPU_PORTABLE};
+    const char *const backends[3] = {"cpu/avx512", "cpu/avx2", "cpu/portable"};
+    for (int p = 0; p < 3; p++) {
+        if (!dr_cpu_path_supported(paths[p])) continue;
         out[n++] = (ct_kernel){.name = "matmul.golden_units",
-                               .backend = paths[p] == DR_CPU_AVX2 ? "cpu/avx2" : "cpu/portable",
+                               .backend = backends[p],
                                .precision = "dequantisation bit-exact vs .dequant; product under the matmul rule",
                                .check = check_units, .variant = (int)paths[p], .data = k_path};
     }

@@ -19,7 +19,7 @@ const char *const ct_matmul_names[CT_F_COUNT] = {"matmul.f32",         "matmul.f
                                                  "matmul.affine4_g128", "matmul.affine8_g128"};
 
 /* C_VEC_PLANT: the real product through a vector path with a defect planted inside its loops
- * (the path is in the variant, kernels.h DR_CPU_AVX2_PLANT*) */
+ * (the path is in the variant, kernels.h DR_CPU_AVX2_PLANT* / DR_CPU_AVX512_PLANT*) */
 enum { C_NONE = 0, C_SCALE_OFF_BY_ONE, C_NIBBLE_SWAP, C_FP16_ACCUM, C_DROP_TAIL, C_GROUP_OFF_BY_ONE, C_VEC_PLANT };
 
 /* ---- weights built from an fp32 source with the encoders; own their bytes ---- */
@@ -545,17 +545,18 @@ static const char *k_precision =
 
 int ct_matmul_kernels(ct_kernel *out, int max) {
     int n = 0;
-    const dr_cpu_path paths[2] = {DR_CPU_AVX2, DR_CPU_PORTABLE};
-    for (int p = 0; p < 2; p++) {
-        if (paths[p] == DR_CPU_AVX2 && dr_cpu_best_path() != DR_CPU_AVX2) continue;
+    const dr_cpu_path paths[3] = {DR_CPU_AVX512, DR_CPU_AVX2, DR_CPU_PORTABLE};
+    const char *const backends[3] = {"cpu/avx512", "cpu/avx2", "cpu/portable"};
+    for (int p = 0; p < 3; p++) {
+        if (!dr_cpu_path_supported(paths[p])) continue;
         for (int f = 0; f < CT_F_COUNT && n < max; f++) {
             out[n] = (ct_kernel){.name = ct_matmul_names[f],
-                                 .backend = paths[p] == DR_CPU_AVX2 ? "cpu/avx2" : "cpu/portable",
+                                 .backend = backends[p],
                                  .precision = k_precision,
                                  .check = check,
                                  .time = time_kernel,
                                  .time_shape = "[2048,2048] n=1",
-                                 .limit_ms = paths[p] == DR_CPU_AVX2 ? 20.0 : 200.0, /* portable: libm fmaf */
+                                 .limit_ms = paths[p] != DR_CPU_PORTABLE ? 20.0 : 200.0, /* portable: libm fmaf */
                                  .variant = f | ((int)paths[p] << 8)};
             n++;
         }
@@ -605,7 +606,7 @@ int ct_matmul_controls(ct_kernel *out, int max) {
         {CT_F_F32, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
         {CT_F_AFF8, DR_CPU_AVX2_PLANT4, "AVX2 reduction drops the 4th accumulator"},
     };
-    for (size_t i = 0; dr_cpu_best_path() == DR_CPU_AVX2 && i < sizeof v / sizeof v[0] && n < max; i++, n++)
+    for (size_t i = 0; dr_cpu_path_supported(DR_CPU_AVX2) && i < sizeof v / sizeof v[0] && n < max; i++, n++)
         out[n] = (ct_kernel){.name = ct_matmul_names[v[i].f], .backend = "cpu/avx2-control", .precision = k_precision,
                              .check = check, .variant = v[i].f | ((int)v[i].path << 8), .control = C_VEC_PLANT,
                              .control_desc = v[i].desc};
@@ -623,5 +624,23 @@ int ct_matmul_controls(ct_kernel *out, int max) {
                                .variant = bp[i].f | (DR_CPU_AVX2 << 8) | CT_BLOCK(bp[i].isa, 1),
                                .control = C_VEC_PLANT, .control_desc = bp[i].desc};
     }
+    /* and inside the AVX-512 loops (matmul_avx512_plant*.c): every format's n = 1 loop */
+    const struct { int f; dr_cpu_path path; const char *desc; } v5[] = {
+        {CT_F_AFF4, DR_CPU_AVX512_PLANT1, "AVX-512 affine 4-bit table: nibbles of each byte swapped"},
+        {CT_F_AFF4_G32, DR_CPU_AVX512_PLANT1, "AVX-512 affine 4-bit table: nibbles of each byte swapped"},
+        {CT_F_AFF4_G128, DR_CPU_AVX512_PLANT1, "AVX-512 affine 4-bit table: nibbles of each byte swapped"},
+        {CT_F_AFF8, DR_CPU_AVX512_PLANT1, "AVX-512 affine 8-bit loop: scale x2"},
+        {CT_F_AFF8_G128, DR_CPU_AVX512_PLANT1, "AVX-512 affine 8-bit loop: scale x2"},
+        {CT_F_FP8B, DR_CPU_AVX512_PLANT2, "AVX-512 FP8 loop: scale x2"},
+        {CT_F_FP8T, DR_CPU_AVX512_PLANT2, "AVX-512 FP8 loop: scale x2"},
+        {CT_F_NVFP4, DR_CPU_AVX512_PLANT3, "AVX-512 NVFP4 table: magnitudes 1.0/1.5 swapped"},
+        {CT_F_BF16, DR_CPU_AVX512_PLANT4, "AVX-512 reduction drops sums 16..31"},
+        {CT_F_F16, DR_CPU_AVX512_PLANT4, "AVX-512 reduction drops sums 16..31"},
+        {CT_F_F32, DR_CPU_AVX512_PLANT4, "AVX-512 reduction drops sums 16..31"},
+    };
+    for (size_t i = 0; dr_cpu_path_supported(DR_CPU_AVX512) && i < sizeof v5 / sizeof v5[0] && n < max; i++, n++)
+        out[n] = (ct_kernel){.name = ct_matmul_names[v5[i].f], .backend = "cpu/avx512-control",
+                             .precision = k_precision, .check = check, .variant = v5[i].f | ((int)v5[i].path << 8),
+                             .control = C_VEC_PLANT, .control_desc = v5[i].desc};
     return n;
 }

@@ -1,4 +1,4 @@
-/* The exactness conditions of the AVX2 fast paths (matmul_avx2.c), at the values where they switch:
+/* The exactness conditions of the AVX2 / AVX-512 fast paths (matmul_avx2.c, matmul_avx512.c), at the values where they switch:
  * affine scales BF16 / F16 / F32 (one fma only where s * q is exact), huge, tiny and zero scales,
  * NaN / Inf biases; NVFP4 with non-finite global scales and NaN block-scale codes (the product
  * table's fallback; bind refuses both, so they are set in the bound struct); FP8 blocks whose scale is at or past the fused path's 2^7 limit, and NaN
@@ -40,14 +40,16 @@ static void check_paths(const dr_weight *w, const char *label) {
     float *x = malloc((size_t)(n * cols) * sizeof *x);
     float *y0 = malloc((size_t)(n * rows) * sizeof *y0), *y1 = malloc((size_t)(n * rows) * sizeof *y1);
     for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
-    for (int64_t nn = 1; nn <= n; nn += 2) {
-        dr_cpu_matmul_path(w, 0, rows, x, nn, y0, NULL, DR_CPU_PORTABLE);
-        dr_cpu_matmul_path(w, 0, rows, x, nn, y1, NULL, DR_CPU_AVX2);
-        for (int64_t i = 0; i < nn * rows; i++)
-            if (dr_f32_bits(y0[i]) != dr_f32_bits(y1[i]) && !(isnan(y0[i]) && isnan(y1[i])))
-                fail_msg("%s: n=%lld y[%lld] = %a, portable %a", label, (long long)nn, (long long)i, (double)y1[i],
-                         (double)y0[i]);
-    }
+    const dr_cpu_path vec[2] = {DR_CPU_AVX2, DR_CPU_AVX512};
+    for (int64_t nn = 1; nn <= n; nn += 2)
+        for (int p = 0; p < 2; p++) {
+            dr_cpu_matmul_path(w, 0, rows, x, nn, y0, NULL, DR_CPU_PORTABLE);
+            dr_cpu_matmul_path(w, 0, rows, x, nn, y1, NULL, vec[p]);
+            for (int64_t i = 0; i < nn * rows; i++)
+                if (dr_f32_bits(y0[i]) != dr_f32_bits(y1[i]) && !(isnan(y0[i]) && isnan(y1[i])))
+                    fail_msg("%s: %s n=%lld y[%lld] = %a, portable %a", label, dr_cpu_path_name(vec[p]), (long long)nn,
+                             (long long)i, (double)y1[i], (double)y0[i]);
+        }
     free(a), free(b), free(x), free(y0), free(y1);
 }
 
@@ -176,8 +178,10 @@ static void test_fp8_block_scale_limits(void **state) {
 }
 
 int main(void) {
-    if (dr_cpu_best_path() != DR_CPU_AVX2) /* the AVX2 requests then run the portable path */
+    if (!dr_cpu_path_supported(DR_CPU_AVX2)) /* the AVX2 requests then run the portable path */
         printf("no AVX2+FMA+F16C on this CPU: the fast paths are not exercised here\n");
+    if (!dr_cpu_path_supported(DR_CPU_AVX512))
+        printf("no AVX-512 F/BW/VL/DQ on this CPU: the AVX-512 loops are not exercised here\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_affine_scale_dtypes),
         cmocka_unit_test(test_nvfp4_fallbacks),

@@ -199,8 +199,8 @@ static void check_format(dr_wfmt fmt, int64_t rows, int64_t cols) {
     free(reff);
 
     /* determinism: every path, thread count, n and row subset gives the same bits */
-    const dr_cpu_path paths[2] = {DR_CPU_PORTABLE, DR_CPU_AVX2};
-    for (int pi = 0; pi < 2; pi++) {
+    const dr_cpu_path paths[3] = {DR_CPU_PORTABLE, DR_CPU_AVX2, DR_CPU_AVX512};
+    for (int pi = 0; pi < 3; pi++) {
         for (int threads = 1; threads <= 3; threads++) {
             dr_pool *pool = dr_pool_create(threads);
             for (int64_t nn = 1; nn <= n; nn += 2) {
@@ -257,6 +257,7 @@ static void test_formats_ragged(void **state) {
     g_block_cols = 40;
     check_format(DR_WF_NVFP4, 33, 80);
     check_format(DR_WF_NVFP4, 17, 272);
+    check_format(DR_WF_NVFP4, 6, 4144); /* over two AVX-512 scale spans of 2048 columns, then a tail */
     check_format(DR_WF_AFFINE, 21, 96);
     check_format(DR_WF_AFFINE, 9, 320);
     g_affine_bits = 8;
@@ -278,10 +279,11 @@ static void test_large_batches(void **state) {
         float *x = malloc((size_t)(n * cols) * sizeof *x), *y = malloc((size_t)(n * rows) * sizeof *y);
         float *one = malloc((size_t)rows * sizeof *one);
         for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
-        for (int p = 0; p < 2; p++)
+        const dr_cpu_path paths[3] = {DR_CPU_PORTABLE, DR_CPU_AVX2, DR_CPU_AVX512};
+        for (int p = 0; p < 3; p++)
             for (int threads = 1; threads <= 3; threads += 2) {
                 dr_pool *pool = dr_pool_create(threads);
-                dr_cpu_matmul_path(&t.w, 0, rows, x, n, y, pool, p ? DR_CPU_AVX2 : DR_CPU_PORTABLE);
+                dr_cpu_matmul_path(&t.w, 0, rows, x, n, y, pool, paths[p]);
                 for (int64_t b = 0; b < n; b++) {
                     dr_cpu_matmul_path(&t.w, 0, rows, x + b * cols, 1, one, NULL, DR_CPU_PORTABLE);
                     if (memcmp(one, y + b * rows, (size_t)rows * sizeof *one) != 0)
@@ -390,8 +392,15 @@ static void test_nonfinite_activations(void **state) {
     x[3] = NAN;
     x[40 + 39] = INFINITY; /* in the tail */
     float y[8];
-    for (int p = 0; p < 2; p++) {
-        dr_cpu_matmul_path(&t.w, 0, 4, x, 2, y, NULL, p ? DR_CPU_AVX2 : DR_CPU_PORTABLE);
+    const dr_cpu_path paths[3] = {DR_CPU_PORTABLE, DR_CPU_AVX2, DR_CPU_AVX512};
+    for (int p = 0; p < 3; p++) {
+        dr_cpu_matmul_path(&t.w, 0, 4, x, 2, y, NULL, paths[p]);
+        for (int r = 0; r < 4; r++) {
+            assert_true(isnan(y[r]));
+            assert_false(isfinite(y[4 + r]));
+        }
+        dr_cpu_matmul_path(&t.w, 0, 4, x, 1, y, NULL, paths[p]); /* n = 1: the fused loops */
+        dr_cpu_matmul_path(&t.w, 0, 4, x + 40, 1, y + 4, NULL, paths[p]);
         for (int r = 0; r < 4; r++) {
             assert_true(isnan(y[r]));
             assert_false(isfinite(y[4 + r]));

@@ -24,10 +24,20 @@ typedef enum dr_cpu_path {
     DR_CPU_AVX2_PLANT1 = 2, /* affine 4-bit fused loop: nibbles of each byte swapped */
     DR_CPU_AVX2_PLANT2 = 3, /* FP8 fast path: scale off by a factor 2 */
     DR_CPU_AVX2_PLANT3 = 4, /* NVFP4 block table: magnitudes 1.0 and 1.5 swapped */
-    DR_CPU_AVX2_PLANT4 = 5  /* canonical reduction drops the fourth accumulator */
+    DR_CPU_AVX2_PLANT4 = 5, /* canonical reduction drops the fourth accumulator */
+    DR_CPU_AVX512 = 6,      /* AVX-512 F/BW/VL/DQ n = 1 loops (matmul_avx512.c); n > 1 runs the AVX2 loops */
+    /* the AVX-512 loops with one defect planted inside them (matmul_avx512_plant*.c) */
+    DR_CPU_AVX512_PLANT1 = 7, /* affine loops: 4-bit nibbles swapped, 8-bit scale x2 */
+    DR_CPU_AVX512_PLANT2 = 8, /* FP8 loop: scale off by a factor 2 */
+    DR_CPU_AVX512_PLANT3 = 9, /* NVFP4 block table: magnitudes 1.0 and 1.5 swapped */
+    DR_CPU_AVX512_PLANT4 = 10 /* canonical reduction drops the sums 16..31 */
 } dr_cpu_path;
 
+/* The best path the running CPU supports, capped by the environment variable DRAMA_CPU_PATH
+ * (portable | avx2 | avx512) when it is set. */
 dr_cpu_path dr_cpu_best_path(void);
+/* 1 when the running CPU has what path p (or its planted copies) needs */
+int dr_cpu_path_supported(dr_cpu_path p);
 const char *dr_cpu_path_name(dr_cpu_path p);
 
 /* dr_cpu_matmul_rows through an explicit path (an unsupported path falls back to portable). */
@@ -38,10 +48,13 @@ void dr_cpu_dequant_row_path(const dr_weight *w, int64_t r, float *out, dr_cpu_p
 /* The canonical dot product through a path. */
 float dr_cpu_dot_path(const float *x, const float *w, int64_t len, dr_cpu_path path);
 
-/* One vector implementation's entry points (the real AVX2 one or a planted copy). */
+/* One vector implementation's entry points (the real AVX2 / AVX-512 one or a planted copy). */
 typedef struct dr_cpu_vec_fns {
     void (*dequant_row)(const dr_weight *w, int64_t r, float *out);
     int (*fused_row)(const dr_weight *w, int64_t r, const float *x, float *y);
+    /* n = 1, rows [r, r + nr), nr <= DR_CPU_FUSED_ROWS, interleaved so each weight load and FMA
+     * chain overlaps the others: 1 when all were written, 0 when none (then row by row). NULL: none */
+    int (*fused_rows)(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
     int (*order_x)(const dr_weight *w, const float *x, float *xp);
     void (*dot_rows)(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y, int64_t ldy);
 } dr_cpu_vec_fns;
@@ -56,6 +69,19 @@ DR_CPU_VEC_DECLARE(dr_cpu_avx2p1)
 DR_CPU_VEC_DECLARE(dr_cpu_avx2p2)
 DR_CPU_VEC_DECLARE(dr_cpu_avx2p3)
 DR_CPU_VEC_DECLARE(dr_cpu_avx2p4)
+DR_CPU_VEC_DECLARE(dr_cpu_avx512)
+DR_CPU_VEC_DECLARE(dr_cpu_avx512p1)
+DR_CPU_VEC_DECLARE(dr_cpu_avx512p2)
+DR_CPU_VEC_DECLARE(dr_cpu_avx512p3)
+DR_CPU_VEC_DECLARE(dr_cpu_avx512p4)
+enum { DR_CPU_FUSED_ROWS = 4 };
+#define DR_CPU_VEC512_DECLARE(prefix) \
+    int prefix##_fused_rows(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
+DR_CPU_VEC512_DECLARE(dr_cpu_avx512)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx512p1)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx512p2)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx512p3)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx512p4)
 
 /* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);
@@ -87,7 +113,8 @@ void dr_cpu_blockp_avx2(const float *x, int64_t ldx, int64_t nx, const float *w,
 void dr_cpu_blockp_avx512(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t nw,
                           int64_t len, float *y, int64_t ldy);
 /* dr_cpu_matmul_path with an explicit block kernel for n > 1 (NULL: dot_rows / the portable dot).
- * dr_cpu_matmul_path uses dr_cpu_block_kernel(BEST, 0) on the AVX2 path, none on the others. */
+ * dr_cpu_matmul_path uses the AVX-512 one on the AVX-512 path, BEST on the AVX2 path (AVX2 when
+ * DRAMA_CPU_PATH=avx2 capped the machine), none on the portable path. */
 void dr_cpu_matmul_block(const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
                          dr_pool *pool, dr_cpu_path path, dr_cpu_block_fn block);
 

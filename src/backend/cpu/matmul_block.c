@@ -165,14 +165,14 @@ static int has_avx512(void) { /* checked once, as dr_cpu_best_path (cpuid traps 
     int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
-        v = dr_cpu_best_path() == DR_CPU_AVX2 && __builtin_cpu_supports("avx512f");
+        v = dr_cpu_path_supported(DR_CPU_AVX2) && __builtin_cpu_supports("avx512f");
         __atomic_store_n(&known, v, __ATOMIC_RELAXED);
     }
     return v;
 }
 
 dr_cpu_block_fn dr_cpu_block_kernel(dr_cpu_block_isa isa, int planted) {
-    int avx2 = dr_cpu_best_path() == DR_CPU_AVX2; /* AVX2 + FMA + F16C (the dequantisation's path) */
+    int avx2 = dr_cpu_path_supported(DR_CPU_AVX2); /* AVX2 + FMA + F16C (the dequantisation's path) */
     int avx512 = has_avx512();
     if (isa == DR_CPU_BLOCK_BEST) isa = avx512 ? DR_CPU_BLOCK_AVX512 : DR_CPU_BLOCK_AVX2;
     if (isa == DR_CPU_BLOCK_AVX512 && avx512) return planted ? dr_cpu_blockp_avx512 : dr_cpu_block_avx512;

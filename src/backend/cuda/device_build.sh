@@ -13,7 +13,8 @@ CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -DDRAMA_GIT_COMMIT=\"device\" -Iinclude -I
 C_SRCS="src/base/error.c src/base/alloc.c src/base/log.c src/base/pool.c src/base/tensor.c
         src/num/formats.c src/num/weight.c src/backend/cpu/matmul.c src/backend/cpu/matmul_avx2.c
         src/backend/cpu/matmul_avx2_plant1.c src/backend/cpu/matmul_avx2_plant2.c src/backend/cpu/matmul_avx2_plant3.c
-        src/backend/cpu/matmul_avx2_plant4.c"
+        src/backend/cpu/matmul_avx2_plant4.c src/backend/cpu/matmul_avx512.c src/backend/cpu/matmul_avx512_plant1.c
+        src/backend/cpu/matmul_avx512_plant2.c src/backend/cpu/matmul_avx512_plant3.c src/backend/cpu/matmul_avx512_plant4.c"
 objs=()
 for f in $C_SRCS; do
   o="$B/obj/$(echo "$f" | tr / _).o"
