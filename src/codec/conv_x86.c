@@ -117,7 +117,7 @@ T5 INL void put512(const cd_conv_job *j, int o, int64_t t, __m512 a, __mmask16 m
  * accumulators are named variables (an array would live on the stack). */
 #define R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const int NV) {
-    int cin = j->cin, K = j->k, d = j->dil, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+    int cin = j->cin, K = j->k, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
     const float *wb = j->w + (int64_t)ob * cin * K * 8;
     __mmask16 m0 = mask16(n), m1 = mask16(n - 16), m2 = mask16(n - 32);
 #define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
@@ -128,7 +128,7 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {
-            const float *xk = xr + (int64_t)k * d, *w8 = wr + (int64_t)k * 8;
+            const float *xk = xr + j->toff[k], *w8 = wr + (int64_t)k * 8;
             __m512 x0 = _mm512_maskz_loadu_ps(m0, xk), x1 = x0, x2 = x0;
             if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1, xk + 16);
             if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);
@@ -194,7 +194,7 @@ T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, 
 /* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block) */
 #define R4(X) X(0) X(1) X(2) X(3)
 T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, const int NV, const int FULL) {
-    int cin = j->cin, K = j->k, d = j->dil, o0 = ob * 8 + h;
+    int cin = j->cin, K = j->k, o0 = ob * 8 + h;
     int no = j->cout - o0 < 4 ? j->cout - o0 : 4;
     const float *wb = j->w + (int64_t)ob * cin * K * 8 + h;
     __m256i m0 = mask8(n), m1 = mask8(n - 8), m2 = mask8(n - 16);
@@ -206,7 +206,7 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {
-            const float *xk = xr + (int64_t)k * d, *w4 = wr + (int64_t)k * 8;
+            const float *xk = xr + j->toff[k], *w4 = wr + (int64_t)k * 8;
             __m256 x0, x1, x2; /* full blocks: plain loads (the masks would spill a register) */
             x0 = FULL ? _mm256_loadu_ps(xk) : _mm256_maskload_ps(xk, m0), x1 = x2 = x0;
             if (NV > 1) x1 = FULL ? _mm256_loadu_ps(xk + 8) : _mm256_maskload_ps(xk + 8, m1);

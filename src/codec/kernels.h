@@ -20,8 +20,9 @@ typedef struct cd_conv_job {
     const float *w;  /* packed: [cout/8][cin_g][k][8] (cd_pack_weights) */
     const float *b;  /* [cout] or NULL */
     int cin, cout, k, dil, stride, groups;
-    const float *x;  /* [cin][lx] with history in front */
+    const float *x;  /* [cin][lx] with history in front (SIMD strided convs: each row phase-major) */
     int64_t lx;
+    const int64_t *toff; /* SIMD kernels: tap k reads x[i * lx + t + toff[k]] for output step t */
     float *y;
     int64_t ldy, ystep, yoff;
     int64_t ly;        /* output steps */
@@ -33,7 +34,10 @@ typedef struct cd_conv_job {
 /* planted defects inside the SIMD loops (drama contract controls only) */
 enum { CD_PLANT_NONE = 0, CD_PLANT_TAP = 1, CD_PLANT_PARITY = 2 };
 
-/* output steps t0 .. t0+nt of the 8 outputs of weight block ob (stride 1, groups 1) */
+#define CD_MAX_TAPS 64 /* SIMD kernels: taps per conv call (more: the portable loops) */
+
+/* output steps t0 .. t0+nt of the 8 outputs of weight block ob (groups 1; a strided conv reads a
+ * phase-major input through toff, so each tap is a contiguous run of steps) */
 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt);
 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt);
 /* y[t] = x[t] + inv * sin(alpha x[t])^2 for one channel (y may be x), sin from the SIMD path's

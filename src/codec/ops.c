@@ -198,7 +198,8 @@ static void conv_block_strided(const cd_conv_job *j, int ob, int64_t t0, int64_t
 /* one conv call: n_phase output phases (transposed convs; 1 otherwise) x weight blocks x tiles */
 typedef struct conv_run {
     cd_conv_job j;
-    int isa, n_phase;
+    int isa, simd, n_phase; /* simd: the SIMD kernels run it (groups 1, at most CD_MAX_TAPS taps) */
+    int64_t toff[CD_MAX_TAPS];
     int64_t phase_len; /* floats of packed weights per phase */
     int64_t n_ob, n_tiles;
 } conv_run;
@@ -215,10 +216,11 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
     j.w += q * cr->phase_len;
     j.yoff = q;
     int64_t t0 = tile * CD_TILE, nt = j.ly - t0 < CD_TILE ? j.ly - t0 : CD_TILE;
-    if (j.stride == 1 && j.groups == 1) {
+    if (cr->simd) {
         if (cr->isa == CD_ISA_AVX512) cd_conv_tile_avx512(&j, (int)ob, t0, nt);
         else if (cr->isa == CD_ISA_AVX2) cd_conv_tile_avx2(&j, (int)ob, t0, nt);
-        else conv_block_s1(&j, (int)ob, t0, nt);
+    } else if (j.stride == 1 && j.groups == 1) {
+        conv_block_s1(&j, (int)ob, t0, nt);
     } else if (j.groups == 1) {
         conv_block_strided(&j, (int)ob, t0, nt);
     } else {
@@ -235,41 +237,62 @@ drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int6
         return dr_fail(err, DRAMA_EINTERNAL, "codec: conv input length %lld not a multiple of stride %d", (long long)L,
                        cv->stride);
     if (res && cv->transposed) return dr_fail(err, DRAMA_EINTERNAL, "codec: residual on a transposed conv");
-    int64_t lx = L + cv->hist;
+    int64_t lx = L + cv->hist, s = cv->stride;
+    int K = cv->transposed ? (cv->k + (int)s - 1) / (int)s : cv->k;
+    int simd = cv->isa != CD_ISA_PORTABLE && cv->groups == 1 && K <= CD_MAX_TAPS;
+    /* SIMD strided conv: each input row laid out phase-major (phase p: columns p, p+s, ...), so
+     * output step t's tap k is column t + (k d) / s of phase (k d) % s: contiguous in t */
+    int phased = simd && !cv->transposed && s > 1;
+    int64_t lp = phased ? (lx + s - 1) / s : lx, row = phased ? s * lp : lx;
     const float *xin = x;
     float *buf = NULL;
-    if (cv->hist > 0) {
+    if (cv->hist > 0 || phased) {
         size_t bytes;
-        if (!dr_mul_size((size_t)cv->cin * (size_t)lx, sizeof(float), &bytes) || !(buf = dr_alloc(bytes)))
+        if (!dr_mul_size((size_t)cv->cin * (size_t)row, sizeof(float), &bytes) || !(buf = dr_alloc(bytes)))
             return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (conv of %lld steps)", (long long)L);
         for (int i = 0; i < cv->cin; i++) {
-            memcpy(buf + (int64_t)i * lx, hist + (int64_t)i * cv->hist, (size_t)cv->hist * sizeof(float));
-            memcpy(buf + (int64_t)i * lx + cv->hist, x + (int64_t)i * L, (size_t)L * sizeof(float));
+            float *br = buf + (int64_t)i * row;
+            const float *hr = hist + (int64_t)i * cv->hist, *xr = x + (int64_t)i * L;
+            if (!phased) {
+                memcpy(br, hr, (size_t)cv->hist * sizeof(float));
+                memcpy(br + cv->hist, xr, (size_t)L * sizeof(float));
+                continue;
+            }
+            for (int64_t c = 0; c < lx; c++) br[c % s * lp + c / s] = c < cv->hist ? hr[c] : xr[c - cv->hist];
+            for (int64_t c = lx; c < s * lp; c++) br[c % s * lp + c / s] = 0.0f; /* never read */
         }
         xin = buf;
     }
-    conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = lx, .y = y, .snake = snake,
+    conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = row, .y = y, .snake = snake,
                          .res = res, .plant = cv->plant, .w = cv->w},
-                   .isa = cv->isa, .n_phase = 1};
+                   .isa = cv->isa, .simd = simd, .n_phase = 1};
+    cr.j.toff = cr.toff;
     if (cv->transposed) {
         /* phase q of the output (samples j*s + q) is a stride-1 conv of the input with the taps
          * q + r*s (re-laid at load as cv->w[q]: [cout][cin][R], tap order oldest input first) */
-        int s = cv->stride, R = (cv->k + s - 1) / s;
-        cr.j.k = R, cr.j.dil = 1, cr.j.stride = 1, cr.j.groups = 1;
+        cr.j.k = K, cr.j.dil = 1, cr.j.stride = 1, cr.j.groups = 1;
         cr.j.ly = L, cr.j.ldy = L * s, cr.j.ystep = s;
-        cr.n_phase = s, cr.phase_len = cd_packed_len(cv->cout, cv->cin, R);
+        cr.n_phase = (int)s, cr.phase_len = cd_packed_len(cv->cout, cv->cin, K);
+        for (int r = 0; simd && r < K; r++) cr.toff[r] = r;
     } else {
         cr.j.k = cv->k, cr.j.dil = cv->dil, cr.j.stride = cv->stride, cr.j.groups = cv->groups;
-        cr.j.ly = L / cv->stride, cr.j.ldy = cr.j.ly, cr.j.ystep = 1;
+        cr.j.ly = L / s, cr.j.ldy = cr.j.ly, cr.j.ystep = 1;
+        for (int k = 0; simd && k < K; k++) {
+            int64_t at = (int64_t)k * cv->dil;
+            cr.toff[k] = phased ? at % s * lp + at / s : at;
+        }
     }
     cr.n_tiles = (cr.j.ly + CD_TILE - 1) / CD_TILE;
     cr.n_ob = (cv->cout + OB - 1) / OB;
     dr_pool_run(pool, cr.n_phase * cr.n_ob * cr.n_tiles, conv_task, &cr);
     if (cv->hist > 0) { /* keep the last hist input columns for the next call */
-        for (int i = 0; i < cv->cin; i++)
-            memcpy(hist + (int64_t)i * cv->hist, buf + (int64_t)i * lx + L, (size_t)cv->hist * sizeof(float));
-        dr_free(buf);
+        for (int i = 0; i < cv->cin; i++) {
+            const float *br = buf + (int64_t)i * row;
+            float *hr = hist + (int64_t)i * cv->hist;
+            for (int64_t c = L; c < lx; c++) hr[c - L] = phased ? br[c % s * lp + c / s] : br[c];
+        }
     }
+    dr_free(buf);
     return DRAMA_OK;
 }
 

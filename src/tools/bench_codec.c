@@ -7,8 +7,8 @@
  * FLOPs per frame come from the loaded layers (dr_codec_flops_per_frame, codec/flops.c). Peak =
  * cores x FMA units x fp32 lanes per unit x 2 x clock: cores = the pool's threads (at most the
  * online CPUs); FMA units and lanes are what the microarchitecture executes per cycle (defaults: 2
- * units; 16 lanes for AVX-512 on Intel, 8 otherwise: AMD Zen 4 runs 512-bit FMAs on two 256-bit
- * pipes; --fma-units / --lanes override); the clock is measured on all pool threads at once (core_ghz;
+ * units; 16 lanes for AVX-512 on Intel and AMD Zen 5, 8 otherwise: Zen 4 runs 512-bit FMAs on two
+ * 256-bit pipes; --fma-units / --lanes override); the clock is measured on all pool threads at once (core_ghz;
  * the mean), cpuinfo's "cpu MHz" replaces it when it is implausible, --clock-ghz states it; the
  * line says which was used. Each mode also shows its process CPU time and GFLOP per CPU-second
  * against one core's peak (the kernels' efficiency on a shared machine), and the whole decode is
@@ -116,9 +116,10 @@ static double measure_ghz(dr_pool *pool) {
     return n > 0 ? sum / n : 0;
 }
 
-/* first "cpu MHz" and "vendor_id" of /proc/cpuinfo (0 / "" when absent) */
-static double cpuinfo(char *vendor, size_t vlen) {
+/* first "cpu MHz", "vendor_id" and "cpu family" of /proc/cpuinfo (0 / "" when absent) */
+static double cpuinfo(char *vendor, size_t vlen, int *family) {
     double mhz = 0;
+    *family = 0;
     char line[512];
     vendor[0] = 0;
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -127,6 +128,7 @@ static double cpuinfo(char *vendor, size_t vlen) {
         char *c = strchr(line, ':');
         if (!c) continue;
         if (!mhz && !strncmp(line, "cpu MHz", 7)) mhz = atof(c + 1);
+        if (!*family && !strncmp(line, "cpu family", 10)) *family = atoi(c + 1);
         if (!vendor[0] && !strncmp(line, "vendor_id", 9)) {
             snprintf(vendor, vlen, "%s", c + 1 + strspn(c + 1, " \t"));
             vendor[strcspn(vendor, "\n")] = 0;
@@ -249,7 +251,8 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     /* the machine's fp32 FMA peak */
     char vendor[64];
-    double mhz = cpuinfo(vendor, sizeof vendor), measured = measure_ghz(pool), ghz = measured;
+    int family;
+    double mhz = cpuinfo(vendor, sizeof vendor, &family), measured = measure_ghz(pool), ghz = measured;
     /* the measured clock unless it is implausible next to cpuinfo's nominal one (turbo reaches
      * ~1.8x nominal; a probe far outside that is broken on this core) or a clock was stated */
     const char *clock_src = "measured: dependent imul chain, 3 cycles each, in thread CPU time, mean of all threads";
@@ -261,7 +264,10 @@ int dr_bench_codec_main(int argc, char **argv) {
     int cores = dr_pool_threads(pool);
     if (online > 0 && cores > online) cores = (int)online;
     const char *isa = dr_codec_isa(codec);
-    if (!lanes) lanes = !strcmp(isa, "avx512") && !strcmp(vendor, "GenuineIntel") ? 16 : !strcmp(isa, "portable") ? 4 : 8;
+    /* 512-bit FMA pipes: Intel's AVX-512 cores and AMD from Zen 5 (family 26); Zen 4 (25) splits
+     * a 512-bit FMA over its two 256-bit pipes */
+    int wide512 = !strcmp(vendor, "GenuineIntel") || (!strcmp(vendor, "AuthenticAMD") && family >= 26);
+    if (!lanes) lanes = !strcmp(isa, "avx512") && wide512 ? 16 : !strcmp(isa, "portable") ? 4 : 8;
     double peak = (double)cores * (double)units * (double)lanes * 2.0 * ghz;
     double rate = (double)cfg.sample_rate / FL;
     double fd = dr_codec_flops_per_frame(codec, 0), fe = encode ? dr_codec_flops_per_frame(codec, 1) : 0;
@@ -271,8 +277,8 @@ int dr_bench_codec_main(int argc, char **argv) {
            "  transformer weight, attention over the window; elementwise ops not counted); real time = %.2f frames/s\n",
            fd / 1e9, fe / 1e9, rate);
     double core_peak = (double)units * (double)lanes * 2.0 * ghz;
-    printf("  clock %.3f GHz (%s); probe %.3f GHz, cpuinfo %.0f MHz, %s\n", ghz, clock_src, measured, mhz,
-           vendor[0] ? vendor : "vendor unknown");
+    printf("  clock %.3f GHz (%s); probe %.3f GHz, cpuinfo %.0f MHz, %s family %d\n", ghz, clock_src, measured, mhz,
+           vendor[0] ? vendor : "vendor unknown", family);
     printf("  peak = %d cores x %lld FMA units x %lld fp32 lanes x 2 x %.3f GHz = %.1f GFLOP/s\n", cores, units, lanes,
            ghz, peak);
     printf("  %-24s %6s %9s %9s %8s %9s %8s %8s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s",

@@ -842,7 +842,7 @@ static const char *no_avx512(char *why, size_t n) {
 }
 
 /* the kernels with SIMD paths (conv_x86.c), each entry once per instruction set */
-static const int k_simd[] = {K_CONV, K_TRANSPOSED, K_SNAKE, K_FUSED};
+static const int k_simd[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_SNAKE, K_FUSED};
 static const char *const isa_backend[CD_ISA_COUNT] = {"cpu", "cpu/avx2", "cpu/avx512"};
 static const char *const isa_control[CD_ISA_COUNT] = {"cpu/control", "cpu/avx2/control", "cpu/avx512/control"};
 
@@ -891,6 +891,7 @@ int ct_codec_controls(ct_kernel *out, int max) {
     const struct { int v, control; const char *desc; } sc[] = {
         {K_CONV, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
         {K_TRANSPOSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+        {K_STRIDED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap (phase-major input)"},
         {K_SNAKE, CC_SIMD_PARITY, "vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_PARITY, "fused Snake's vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
