@@ -8,7 +8,8 @@
  * STREAM-like copy (bytes read + written) and a read-only sum over 256 MiB buffers. --format,
  * --shape and --n run only the matching rows (e.g. `--hot --shape 64x2048`: L2-resident weights,
  * which measures the decode loop alone). --calls C makes exactly C calls per sample instead of timing
- * (fixed work for `valgrind --tool=callgrind --toggle-collect=dr_cpu_matmul_path`). */
+ * (fixed work for `valgrind --tool=callgrind --toggle-collect=dr_cpu_matmul_path`). of_read: GB/s over the
+ * 1 GiB read bandwidth on the same threads. DRAMA_CPU_PATH=avx2|avx512|portable picks the loops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,16 +332,17 @@ int main(int argc, char **argv) {
     if (!pool) return 1;
     printf("drama bench_matmul  path=%s threads=%d weights=%s\n", dr_cpu_path_name(dr_cpu_best_path()),
            dr_pool_threads(pool), hot ? "hot (one copy, cache resident)" : "cold (rotating copies)");
+    double par_read_gbs = 0; /* the "of_read" column: GB/s over this read bandwidth, same threads */
     if (probe) {
         double copy_gbs, read_gbs;
         memory_bandwidth(&copy_gbs, &read_gbs);
         printf("memory bandwidth (256 MiB, single thread): copy %.1f GB/s (read+write), read %.1f GB/s\n", copy_gbs,
                read_gbs);
-        printf("memory bandwidth (1 GiB, %d threads): read %.1f GB/s\n", dr_pool_threads(pool),
-               parallel_read_gbs(pool));
+        par_read_gbs = parallel_read_gbs(pool);
+        printf("memory bandwidth (1 GiB, %d threads): read %.1f GB/s\n", dr_pool_threads(pool), par_read_gbs);
     }
-    printf("\n%-10s %-12s %4s %10s %10s %10s %10s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s",
-           "Gweight/s");
+    printf("\n%-10s %-12s %4s %10s %10s %10s %10s %7s\n", "format", "shape", "n", "weight MB", "ms/call", "GB/s",
+           "Gweight/s", "of_read");
     const int64_t shapes[3][2] = {{512, 2048}, {2048, 512}, {2048, 2048}};
     const int64_t ns[3] = {1, 8, 64};
     int nshapes = only_rows ? 1 : 3;
@@ -359,9 +361,11 @@ int main(int argc, char **argv) {
                 double ms = time_calls(bw, x, n, y, pool, min_ms);
                 char shape[32];
                 snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)rows, (long long)cols);
-                printf("%-10s %-12s %4lld %10.2f %10.3f %10.2f %10.2f\n", g_fmts[f].label, shape, (long long)n,
-                       (double)bw->bytes / 1e6, ms, (double)bw->bytes / (ms * 1e-3) / 1e9,
-                       (double)(rows * cols) / (ms * 1e-3) / 1e9);
+                double gbs = (double)bw->bytes / (ms * 1e-3) / 1e9;
+                char of_read[16] = "-";
+                if (par_read_gbs > 0) snprintf(of_read, sizeof of_read, "%.0f%%", 100.0 * gbs / par_read_gbs);
+                printf("%-10s %-12s %4lld %10.2f %10.3f %10.2f %10.2f %7s\n", g_fmts[f].label, shape, (long long)n,
+                       (double)bw->bytes / 1e6, ms, gbs, (double)(rows * cols) / (ms * 1e-3) / 1e9, of_read);
                 fflush(stdout);
                 if (!isfinite(y[0])) fprintf(stderr, "warning: non-finite output\n");
                 dr_free(x);

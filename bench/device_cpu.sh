@@ -1,40 +1,65 @@
 #!/bin/bash
 # device_cpu.sh - the CPU figures of issue 17 on the GPU machine's host CPU (16 cores), from a
-# `drama` built here and carried there (src/backend/cuda/device_carry.sh BUILD_DIR DIR makes DIR).
-# Runs the read bandwidth and `drama bench decode` (q4 and fp8 experts) at 1, 2, 16 threads and
-# the default (physical cores), then `drama bench codec` when the binary has it. Logs in $OUT
-# (default ./device-out): cpu.txt (lscpu, commit), bench_*.txt; a summary on stdout.
-# Usage, from the repository root: bench/device_cpu.sh [DIR] [LAYERS (default 12)]
+# `drama` built here and carried there (src/backend/cuda/device_carry.sh BUILD_DIR DIR makes DIR;
+# also copy BUILD_DIR/bench/bench_matmul into DIR for the per-format matmul rows).
+# Runs: the read bandwidth at 1, 2, 16 threads; bench_matmul n = 1 [2048,2048] for every stored
+# format on the avx2 and avx512 loops (DRAMA_CPU_PATH) at 1, 2, 16 threads, GB/s and % of the
+# read bandwidth measured in the same run (issue 17: >= 80%); `drama bench decode --layers L` with
+# q4 experts at 1, 2, 16 and the default threads, q4 at 16 threads on the AVX2 loops, fp8 at 16;
+# `drama bench codec` at 16 and 1 threads when the binary has it. Each command has a timeout; the
+# whole run takes about 3-4 minutes on the 16-core Xeon. Logs in $OUT (default ./device-out):
+# cpu.txt (lscpu, commit), bench_*.txt; a summary on stdout.
+# Usage, from the repository root: bench/device_cpu.sh [DIR] [LAYERS (default 4)]
 set -u
 . "$(dirname "$0")/../src/backend/cuda/device_env.sh"
-L=${2:-12}
+L=${2:-4}
 { lscpu; nproc; /tmp/drama-dev --version; } >"$O/cpu.txt" 2>&1
-grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|CPU max MHz)" "$O/cpu.txt"
+grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|CPU max MHz|Flags)" "$O/cpu.txt" | cut -c1-200
+grep -o 'avx512[a-z_0-9]*' "$O/cpu.txt" | sort -u | tr '\n' ' '; echo
 
 for t in 1 2 16; do
     f="$O/bench_bandwidth_t$t.txt"
-    timeout 120 /tmp/drama-dev bench bandwidth --threads "$t" >"$f" 2>&1
+    timeout 60 /tmp/drama-dev bench bandwidth --threads "$t" >"$f" 2>&1
     echo "bandwidth threads=$t: $(awk '$1 == "read_bandwidth" { print $2, $3 }' "$f")"
 done
 
-for fmt in q4 fp8; do
-    for t in 1 2 16 0; do
-        f="$O/bench_decode_${fmt}_t$t.txt"
-        timeout 500 /tmp/drama-dev bench decode --layers "$L" --experts "$fmt" --threads "$t" --steps 16 >"$f" 2>&1
-        echo "rc=$?" >>"$f"
-        echo "decode $fmt layers=$L threads=$t: $(awk '$1 == "step_mean" { s = $2 } $1 == "bandwidth" { b = $2 }
-            $1 == "ratio_to_floor" { r = $2 } $1 ~ /^rc=/ { rc = $1 }
-            END { printf "%s ms/step, %s GB/s read, ratio_to_floor %s, %s", s, b, r, rc }' "$f")"
+if [ -x "$D/bench_matmul" ]; then
+    printf '#!/bin/sh\nexec %s "%s/bench_matmul" "$@"\n' "${PREFIX[*]:-}" "$D" >/tmp/bench-matmul-dev
+    chmod +x /tmp/bench-matmul-dev
+    for p in avx2 avx512; do
+        for t in 1 2 16; do
+            f="$O/bench_matmul_${p}_t$t.txt"
+            DRAMA_CPU_PATH=$p timeout 60 /tmp/bench-matmul-dev --threads "$t" --n 1 --shape 2048x2048 --min-ms 30 >"$f" 2>&1
+            echo "rc=$?" >>"$f"
+            echo "matmul n=1 [2048,2048] $(head -n 1 "$f" | awk '{ print $3, $4 }') $(awk '/1 GiB/ { print "read", $(NF-1), "GB/s:" }
+                NF == 8 && $3 == 1 { printf " %s %s GB/s %s;", $1, $6, $8 } /^rc=/ { print " " $1 }' "$f" | tr -d '\n')"
+        done
     done
-done
+else
+    echo "matmul: no bench_matmul in $D (cp BUILD_DIR/bench/bench_matmul $D/)"
+fi
+
+run_decode() { # fmt threads tag [env]
+    f="$O/bench_decode_${1}_t$2$3.txt"
+    env ${4:-} timeout 120 /tmp/drama-dev bench decode --layers "$L" --experts "$1" --threads "$2" --steps 16 >"$f" 2>&1
+    echo "rc=$?" >>"$f"
+    echo "decode $1 layers=$L threads=$2 $3: $(awk '$1 == "step_mean" { s = $2 } $1 == "bandwidth" { b = $2 }
+        $1 == "ratio_to_floor" { r = $2 } $1 ~ /^rc=/ { rc = $1 }
+        END { printf "%s ms/step, %s GB/s read, ratio_to_floor %s, %s", s, b, r, rc }' "$f")"
+}
+for t in 1 2 16 0; do run_decode q4 "$t" ""; done
+run_decode q4 16 _avx2 DRAMA_CPU_PATH=avx2
+run_decode fp8 16 ""
 
 if /tmp/drama-dev bench --help 2>&1 | grep -q '^  codec '; then
-    for t in 1 2 16; do
-        f="$O/bench_codec_t$t.txt"
-        timeout 500 /tmp/drama-dev bench codec --threads "$t" >"$f" 2>&1
-        echo "rc=$?" >>"$f"
-        echo "codec threads=$t: $(tail -n 2 "$f" | tr '\n' ' ')"
-    done
+    f="$O/bench_codec_t16.txt"
+    timeout 90 /tmp/drama-dev bench codec --frames 32 --threads 16 >"$f" 2>&1
+    echo "rc=$?" >>"$f"
+    echo "codec threads=16: $(tail -n 2 "$f" | tr '\n' ' ')"
+    f="$O/bench_codec_t1.txt"
+    timeout 60 /tmp/drama-dev bench codec --frames 16 --threads 1 --no-encode >"$f" 2>&1
+    echo "rc=$?" >>"$f"
+    echo "codec threads=1: $(tail -n 2 "$f" | tr '\n' ' ')"
 else
     echo "codec: this drama has no 'bench codec' (not landed when it was built)"
 fi

@@ -307,6 +307,41 @@ static void test_acoustic_distribution(void **state) {
     dr_sample_ws_free(&ws);
 }
 
+/* The candidate order with many exact ties, signed zeros and excluded (-inf) entries, long enough
+ * for the radix sort: with top-k K the survivors are the K best by (logit descending, index
+ * ascending; -0 ties +0), counted here pairwise; K cuts through tie groups. */
+static void test_sort_order_ties(void **state) {
+    (void)state;
+    enum { n = 700 };
+    const float vals[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -INFINITY, 1e-30f, -1e-30f, 9.5f, -7.25f}; /* spread small enough that no kept weight underflows */
+    float l[n];
+    uint32_t s = 12345;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        l[i] = vals[(s >> 16) % (sizeof vals / sizeof vals[0])];
+    }
+    dr_sample_ws ws;
+    assert_int_equal(dr_sample_ws_init(&ws, n, NULL), DRAMA_OK);
+    const int ks[] = {1, 3, 70, 71, 200, 333, 500, 650};
+    for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
+        dr_draw_spec spec = {1.0f, 1.0f, ks[c], DR_TOPP_DROP_CROSSING};
+        double probs[n];
+        assert_int_equal(dr_sample_distribution(l, n, &spec, &ws, probs, NULL), DRAMA_OK);
+        int valid = 0;
+        for (int i = 0; i < n; i++) valid += !isinf(l[i]);
+        for (int i = 0; i < n; i++) {
+            int rank = 0; /* candidates ahead of i */
+            for (int j = 0; j < n && !isinf(l[i]); j++)
+                if (!isinf(l[j]) && (l[j] > l[i] || (l[j] == l[i] && j < i))) rank++;
+            int expect = !isinf(l[i]) && rank < (ks[c] < valid ? ks[c] : valid);
+            if ((probs[i] > 0) != expect)
+                fail_msg("top_k %d: candidate %d (logit %g, rank %d) kept=%d, expected %d", ks[c], i, (double)l[i], rank,
+                         probs[i] > 0, expect);
+        }
+    }
+    dr_sample_ws_free(&ws);
+}
+
 /* Redraw: final(x) = D1(x)[x not repeated] + D1(repeated set) * D2(x). */
 static void test_redraw_distribution(void **state) {
     (void)state;
@@ -396,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_acoustic_distribution),
         cmocka_unit_test(test_redraw_distribution),
         cmocka_unit_test(test_draws_are_indexed),
+        cmocka_unit_test(test_sort_order_ties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
