@@ -122,18 +122,21 @@ enum { GSPAN = 64 }; /* groups whose scales and biases are widened at once */
 
 /* cnt (<= GSPAN) values from index i0 of an F32/BF16/F16 array: the exact widenings of
  * dr_weight_load_scale, the dtype switch hoisted */
-TGT static void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, float *out) {
-    int i = 0;
+INL void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, float *out) {
     if (dt == DR_DT_F32) {
         memcpy(out, base + 4 * i0, (size_t)cnt * 4);
         return;
     }
-    for (; i + 16 <= cnt; i += 16) {
-        __m256i h = _mm256_loadu_si256((const void *)(base + 2 * (i0 + i)));
-        _mm512_storeu_ps(out + i, dt == DR_DT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                                                   : _mm512_cvtph_ps(h));
+    if (dt != DR_DT_BF16 && dt != DR_DT_F16) {
+        for (int i = 0; i < cnt; i++) out[i] = dr_weight_load_scale(base, dt, i0 + i);
+        return;
     }
-    for (; i < cnt; i++) out[i] = dr_weight_load_scale(base, dt, i0 + i);
+    for (int i = 0; i < cnt; i += 16) { /* the last 16 masked: no read past the array */
+        __mmask16 m = cnt - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cnt - i)) - 1u);
+        __m256i h = _mm256_maskz_loadu_epi16(m, (const void *)(base + 2 * (i0 + i)));
+        _mm512_mask_storeu_ps(out + i, m, dt == DR_DT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                                                           : _mm512_cvtph_ps(h));
+    }
 }
 
 /* 4 bits: per group a table t[q] = s * q + b, the reference's two roundings for each code */
