@@ -125,6 +125,23 @@ void dr_codec_stream_set_profile(dr_codec_stream *s, double *seconds);
 const char *dr_codec_stage_name(int stage, char *buf, size_t len);
 double dr_codec_stage_flops_per_frame(const dr_codec *c, int stage); /* decode FLOPs of one stage */
 
+/* ---- a device decoder (src/backend/cuda/cuda_codec.h attaches one) ----
+ * Streams created while one is attached decode on it: same codes checks, same chunking rule
+ * (any chunking bit-identical within the device), no taps. The codec owns ctx from then on. */
+typedef struct dr_codec_accel {
+    const char *name; /* "cuda" */
+    void *ctx;
+    drama_status (*stream_create)(void *ctx, void **st, drama_error *err);
+    void (*stream_free)(void *ctx, void *st);
+    void (*stream_reset)(void *ctx, void *st);
+    /* n_frames <= 16 frames of non-negative codes (clamped here as the CPU path clamps) -> out[n_frames * frame_length] */
+    drama_status (*feed)(void *ctx, void *st, const int32_t *codes, int64_t n_frames, float *out, drama_error *err);
+    void (*free)(void *ctx);
+} dr_codec_accel;
+/* Attach a (NULL: detach) device decoder; the previous one is freed. No stream may be alive. */
+void dr_codec_set_accel(dr_codec *c, const dr_codec_accel *a);
+const char *dr_codec_decoder_name(const dr_codec *c); /* "cpu" or the device decoder's name */
+
 /* Whole decode: a fresh stream fed everything. */
 drama_status dr_codec_decode(const dr_codec *c, const int32_t *codes, int64_t n_frames, float *out,
                              drama_error *err);

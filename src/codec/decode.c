@@ -21,6 +21,7 @@ struct dr_codec_stream {
     void *tap_ctx;
     dr_pool *pool; /* NULL: the codec's */
     double *prof;  /* [DR_CODEC_N_STAGES] seconds per stage, accumulated; NULL: off */
+    void *dev;     /* the device decoder's stream (c->accel), else NULL */
 };
 
 static double now_s(void) {
@@ -48,6 +49,14 @@ const char *dr_codec_stage_name(int stage, char *buf, size_t len) {
 }
 
 void dr_codec_stream_set_profile(dr_codec_stream *s, double *seconds) { s->prof = seconds; }
+
+void dr_codec_set_accel(dr_codec *c, const dr_codec_accel *a) {
+    if (c->accel.free) c->accel.free(c->accel.ctx);
+    memset(&c->accel, 0, sizeof c->accel);
+    if (a) c->accel = *a;
+}
+
+const char *dr_codec_decoder_name(const dr_codec *c) { return c->accel.feed ? c->accel.name : "cpu"; }
 
 drama_status cd_state_init(const dr_codec *c, int path, cd_state *s, drama_error *err) {
     memset(s, 0, sizeof *s);
@@ -93,7 +102,7 @@ drama_status dr_codec_stream_create(const dr_codec *c, dr_codec_stream **out, dr
     dr_codec_stream *s = calloc(1, sizeof *s);
     if (!s) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory");
     s->c = c;
-    drama_status rc = cd_state_init(c, 0, &s->st, err);
+    drama_status rc = c->accel.feed ? c->accel.stream_create(c->accel.ctx, &s->dev, err) : cd_state_init(c, 0, &s->st, err);
     if (rc) {
         free(s);
         return rc;
@@ -104,11 +113,13 @@ drama_status dr_codec_stream_create(const dr_codec *c, dr_codec_stream **out, dr
 
 void dr_codec_stream_free(dr_codec_stream *s) {
     if (!s) return;
+    if (s->dev) s->c->accel.stream_free(s->c->accel.ctx, s->dev);
     cd_state_free(&s->st);
     free(s);
 }
 
 void dr_codec_stream_reset(dr_codec_stream *s) {
+    if (s->dev) s->c->accel.stream_reset(s->c->accel.ctx, s->dev);
     cd_state_reset(&s->st, s->c, 0);
     s->frames = 0;
 }
@@ -240,7 +251,8 @@ drama_status dr_codec_stream_feed(dr_codec_stream *s, const int32_t *codes, int6
                                (long long)(s->frames + f), k, codes[f * K + k]);
     for (int64_t f0 = 0; f0 < n_frames; f0 += CHUNK) {
         int64_t T = n_frames - f0 < CHUNK ? n_frames - f0 : CHUNK;
-        drama_status rc = decode_chunk(s, codes + f0 * K, T, out + f0 * cf->frame_length, err);
+        drama_status rc = s->dev ? s->c->accel.feed(s->c->accel.ctx, s->dev, codes + f0 * K, T, out + f0 * cf->frame_length, err)
+                                 : decode_chunk(s, codes + f0 * K, T, out + f0 * cf->frame_length, err);
         if (rc) { /* a half-updated state is useless: start the stream over */
             dr_codec_stream_reset(s);
             return rc;

@@ -126,6 +126,7 @@ struct dr_codec {
     int n_conv_states[2], n_tf_states[2];
     int *conv_state_size[2]; /* floats: cin * hist */
     cd_tf **tf_of_state[2];
+    dr_codec_accel accel; /* device decoder (feed NULL: none) */
     /* every buffer the codec owns */
     void **owned;
     int64_t n_owned, cap_owned;

@@ -578,6 +578,7 @@ fail:
 
 void dr_codec_free(dr_codec *c) {
     if (!c) return;
+    dr_codec_set_accel(c, NULL);
     for (int64_t i = 0; i < c->n_owned; i++) dr_free(c->owned[i]);
     free(c->owned);
     for (int p = 0; p < 2; p++) free(c->conv_state_size[p]), free(c->tf_of_state[p]);

@@ -14,6 +14,7 @@ drama_status dr_codec_view_create(const dr_codec *c, dr_pool *pool, dr_codec **o
     v->owned = NULL;
     v->n_owned = v->cap_owned = 0;
     v->pool = pool;
+    memset(&v->accel, 0, sizeof v->accel); /* a view decodes and encodes on the CPU */
     *out = v;
     return DRAMA_OK;
 }

@@ -110,6 +110,8 @@ drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *er
     dr_codec *c = NULL;
     drama_status st = dr_codec_open(m->dir, load, &c, err);
     if (st == DRAMA_OK) st = codec_matches(m, c, err);
+    /* the decoder runs where the language model runs (--backend); the encoder stays on the CPU */
+    if (st == DRAMA_OK && (load & DR_CODEC_LOAD_DECODER)) st = dr_backend_codec_attach(&m->backend, c, NULL, err);
     dr_codec *view = NULL;
     if (st == DRAMA_OK && (load & DR_CODEC_LOAD_ENCODER)) st = dr_codec_view_create(c, NULL, &view, err);
     if (st != DRAMA_OK) {

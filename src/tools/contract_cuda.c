@@ -369,6 +369,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
                              .unavailable = cu_unavailable};
     n += ct_cuda_ops_kernels(out + n, max - n);
     n += ct_cuda_model_kernels(out + n, max - n);
+    n += ct_cuda_codec_kernels(out + n, max - n);
     return n;
 }
 
@@ -390,6 +391,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
                              .control = c[i].defect, .control_desc = c[i].desc, .unavailable = cu_unavailable};
     n += ct_cuda_ops_controls(out + n, max - n);
     n += ct_cuda_model_controls(out + n, max - n);
+    n += ct_cuda_codec_controls(out + n, max - n);
     return n;
 }
 

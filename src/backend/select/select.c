@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_backend.h"
 #ifdef DRAMA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_codec.h"
 #include "backend/cuda/cuda_seam.h"
 #endif
 
@@ -48,4 +49,33 @@ drama_status dr_backend_open(const dr_backend_choice *c, dr_pool *pool, dr_backe
         if (cuda_open(c->device, out, &quiet) == DRAMA_OK) return DRAMA_OK;
     }
     return dr_backend_cpu_create(pool, out, err);
+}
+
+drama_status dr_backend_codec_attach(const dr_backend_choice *ch, dr_codec *c, const char **where, drama_error *err) {
+    dr_backend_choice def = {DR_WANT_AUTO, 0};
+    if (!ch) ch = &def;
+    if (where) *where = dr_codec_decoder_name(c);
+    if (ch->want == DR_WANT_CPU || !strcmp(dr_codec_decoder_name(c), "cuda")) return DRAMA_OK;
+#ifdef DRAMA_HAVE_CUDA
+    char why[256] = "";
+    int count = dr_cuda_device_count(why, sizeof why);
+    drama_status st;
+    if (count <= 0)
+        st = dr_fail(err, DRAMA_EUNSUPPORTED, "codec on cuda: no CUDA device: %s", why[0] ? why : "none found");
+    else if (ch->device < 0 || ch->device >= count)
+        st = dr_fail(err, DRAMA_EINVAL, "--device %d: this machine has %d CUDA device%s (0..%d)", ch->device, count,
+                     count == 1 ? "" : "s", count - 1);
+    else if (ch->want == DR_WANT_AUTO) {
+        drama_error quiet = {0};
+        (void)dr_cuda_codec_attach(c, ch->device, &quiet); /* auto: the CPU when it cannot */
+        st = DRAMA_OK;
+    } else
+        st = dr_cuda_codec_attach(c, ch->device, err);
+    if (ch->want == DR_WANT_AUTO && count <= 0) st = DRAMA_OK;
+    if (where) *where = dr_codec_decoder_name(c);
+    return st;
+#else
+    if (ch->want == DR_WANT_AUTO) return DRAMA_OK;
+    return dr_fail(err, DRAMA_EUNSUPPORTED, "codec on cuda: this build has no CUDA support (built without nvcc)");
+#endif
 }

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "base/pool.h"
+#include "codec/codec.h"
 
 /* the values of drama_backend (include/drama.h) */
 typedef enum dr_backend_want { DR_WANT_AUTO = 0, DR_WANT_CPU = 1, DR_WANT_CUDA = 2 } dr_backend_want;
@@ -23,5 +24,10 @@ const char *dr_backend_want_name(dr_backend_want w);
 
 /* Opens the chosen backend (pool: the CPU backend's threads, not owned). Free with dr_backend_free. */
 drama_status dr_backend_open(const dr_backend_choice *c, dr_pool *pool, dr_backend **out, drama_error *err);
+
+/* Where the codec decoder runs for that choice: cuda attaches the device decoder to c (failure:
+ * the reason, c stays on the CPU), auto attaches it when a GPU is usable (else the CPU, quietly),
+ * cpu leaves c alone. *where (may be NULL) receives "cpu" or "cuda". */
+drama_status dr_backend_codec_attach(const dr_backend_choice *ch, dr_codec *c, const char **where, drama_error *err);
 
 #endif
