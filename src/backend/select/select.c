@@ -56,26 +56,23 @@ drama_status dr_backend_codec_attach(const dr_backend_choice *ch, dr_codec *c, c
     if (!ch) ch = &def;
     if (where) *where = dr_codec_decoder_name(c);
     if (ch->want == DR_WANT_CPU || !strcmp(dr_codec_decoder_name(c), "cuda")) return DRAMA_OK;
+    drama_error quiet = {0}; /* auto: the CPU when the device cannot, and err stays untouched */
+    drama_error *e = ch->want == DR_WANT_AUTO ? &quiet : err;
 #ifdef DRAMA_HAVE_CUDA
     char why[256] = "";
     int count = dr_cuda_device_count(why, sizeof why);
     drama_status st;
     if (count <= 0)
-        st = dr_fail(err, DRAMA_EUNSUPPORTED, "codec on cuda: no CUDA device: %s", why[0] ? why : "none found");
+        st = dr_fail(e, DRAMA_EUNSUPPORTED, "codec on cuda: no CUDA device: %s", why[0] ? why : "none found");
     else if (ch->device < 0 || ch->device >= count)
-        st = dr_fail(err, DRAMA_EINVAL, "--device %d: this machine has %d CUDA device%s (0..%d)", ch->device, count,
+        st = dr_fail(e, DRAMA_EINVAL, "--device %d: this machine has %d CUDA device%s (0..%d)", ch->device, count,
                      count == 1 ? "" : "s", count - 1);
-    else if (ch->want == DR_WANT_AUTO) {
-        drama_error quiet = {0};
-        (void)dr_cuda_codec_attach(c, ch->device, &quiet); /* auto: the CPU when it cannot */
-        st = DRAMA_OK;
-    } else
-        st = dr_cuda_codec_attach(c, ch->device, err);
-    if (ch->want == DR_WANT_AUTO && count <= 0) st = DRAMA_OK;
+    else
+        st = dr_cuda_codec_attach(c, ch->device, e);
     if (where) *where = dr_codec_decoder_name(c);
-    return st;
+    return ch->want == DR_WANT_AUTO ? DRAMA_OK : st;
 #else
     if (ch->want == DR_WANT_AUTO) return DRAMA_OK;
-    return dr_fail(err, DRAMA_EUNSUPPORTED, "codec on cuda: this build has no CUDA support (built without nvcc)");
+    return dr_fail(e, DRAMA_EUNSUPPORTED, "codec on cuda: this build has no CUDA support (built without nvcc)");
 #endif
 }
