@@ -302,11 +302,16 @@ typedef struct run_ctx {
     double last_draw;
     int sample_rate;
     const char *pause_env;  /* test hook, see on_audio */
+    long pause_frames;      /* test hook: DRAMA_TEST_PAUSE_AFTER_FRAMES, see on_event */
 } run_ctx;
+
+static void pause_for_signal(void);
 
 static int on_event(void *user, const drama_event *ev) {
     run_ctx *c = user;
     if (ev->type == DRAMA_EVENT_CHUNK) return g_signalled ? 1 : 0; /* on_audio reports chunks */
+    /* test hook: wait for the signal once this many frames are generated (whole mode, mid-generation) */
+    int pause = c->pause_frames > 0 && ev->type == DRAMA_EVENT_FRAMES && ev->frames == c->pause_frames;
     if (c->a->progress_json) {
         const char *kind = ev->type == DRAMA_EVENT_PHASE ? "phase" : "frames";
         json_t *j = json_pack("{s:s, s:s, s:f, s:I}", "event", kind, "phase", drama_phase_name(ev->phase), "t",
@@ -334,6 +339,7 @@ static int on_event(void *user, const drama_event *ev) {
         fprintf(stderr, "\r%-90s\r%s...", "", drama_phase_name(ev->phase));
         fflush(stderr);
     }
+    if (pause) pause_for_signal();
     return g_signalled ? 1 : 0;
 }
 
@@ -496,6 +502,8 @@ int cmd_synthesize(int argc, char **argv) {
     drama_session *session = NULL;
     run_ctx ctx = {.a = &a, .t0 = t0, .pause_env = getenv("DRAMA_TEST_PAUSE_AFTER_CHUNK")};
     if (ctx.pause_env && !*ctx.pause_env) ctx.pause_env = NULL;
+    const char *pf = getenv("DRAMA_TEST_PAUSE_AFTER_FRAMES");
+    ctx.pause_frames = pf ? atol(pf) : 0;
     ctx.tty_bar = !a.quiet && !a.progress_json && isatty(STDERR_FILENO);
     dr_wav_format fmt = DR_WAV_PCM16;
     if (a.format) dr_wav_format_parse(a.format, &fmt);

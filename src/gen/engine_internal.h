@@ -42,6 +42,19 @@ int64_t dr_pcache_bytes(const dr_pcache *c);
 int64_t dr_pcache_entries(const dr_pcache *c);
 int64_t dr_pcache_max_bytes(const dr_pcache *c);
 
+/* A lane's codec decode on its own thread, overlapped with generation (engine_decoder.c; whole
+ * mode of drama_synthesize). dr_decoder_queue_frames: frames generation may run ahead, from
+ * DRAMA_DECODE_OVERLAP (unset or 1: 128; N: N frames, at least 8; 0: no overlap -> 0). */
+typedef struct dr_decoder dr_decoder;
+int dr_decoder_queue_frames(void);
+drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, int nc, int64_t spf, dr_decoder **out,
+                              drama_error *err);
+/* Queues one frame (waits while the queue is full); the thread's error once it has failed. */
+drama_status dr_decoder_push(dr_decoder *d, const int32_t *frame, drama_error *err);
+/* No more frames: decodes the rest and joins; the audio (malloc'd, the caller's) in *pcm. */
+drama_status dr_decoder_finish(dr_decoder *d, float **pcm, int64_t *samples, drama_error *err);
+void dr_decoder_free(dr_decoder *d); /* stops and joins (frames not decoded yet are dropped); NULL ok */
+
 /* Request copies: every string and buffer a request points to, owned by the lane. */
 typedef struct dr_req_copy {
     drama_request req;           /* first: drama_request_free finds the copy from it */
@@ -80,6 +93,7 @@ typedef struct dr_lane {
     int64_t n_frames, cap_frames;
     int nc;
     dr_codec_stream *stream;     /* stream mode, and whole mode's decode */
+    dr_decoder *dec;             /* whole mode, overlapped: the decode running beside generation */
     int64_t frames_decoded;
     int chunk_index;
     float *pcm;                  /* a chunk (stream mode) or the whole audio (whole mode) */

@@ -108,6 +108,8 @@ static void set_reason(dr_lane *l, const char *why) {
 
 /* Frees what the request used while running; the result stays. */
 static void free_work(drama_engine *e, dr_lane *l) {
+    dr_decoder_free(l->dec); /* joined before anything it reads goes */
+    l->dec = NULL;
     dr_pl_gen_free(l->gen);
     l->gen = NULL;
     dr_pl_refs_free(&l->refs);
@@ -253,6 +255,10 @@ void dr_lane_prepare(drama_engine *e, dr_lane *l) {
         if (q->stream) {
             if (!m->codec) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
             if (st == DRAMA_OK) st = dr_codec_stream_create(m->codec, &l->stream, err);
+        } else if (e->private_ && m->codec && !m->low_memory && dr_decoder_queue_frames() > 0) {
+            /* whole mode: decode beside generation, on a pool of the model's thread count */
+            st = dr_decoder_start(m->codec, dr_pool_threads(m->pool), dr_decoder_queue_frames(), l->nc,
+                                  l->res.samples_per_frame, &l->dec, err);
         }
     }
     if (st == DRAMA_OK) {
@@ -333,6 +339,23 @@ static drama_status generation_done(drama_engine *e, dr_lane *l, drama_error *er
         dr_pl_lm_release(m);
     }
     phase(l, DRAMA_PHASE_DECODE);
+    if (l->dec) { /* overlapped: what is left of the decode, then the audio */
+        float *pcm;
+        int64_t n;
+        drama_status st = dr_decoder_finish(l->dec, &pcm, &n, err);
+        dr_decoder_free(l->dec);
+        l->dec = NULL;
+        if (st != DRAMA_OK) return st;
+        if (n != l->n_frames * l->res.samples_per_frame) {
+            free(pcm);
+            return dr_fail(err, DRAMA_EINTERNAL, "decoder: %lld samples for %lld frames", (long long)n, (long long)l->n_frames);
+        }
+        free(l->pcm);
+        l->pcm = pcm, l->pcm_len = l->pcm_cap = n;
+        l->frames_decoded = l->n_frames;
+        l->phase = DR_LANE_DECODE;
+        return DRAMA_OK;
+    }
     drama_status st = m->codec ? DRAMA_OK : dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
     if (st == DRAMA_OK) st = dr_codec_stream_create(m->codec, &l->stream, err);
     if (st == DRAMA_OK) st = ensure_pcm(l, l->n_frames * l->res.samples_per_frame, err); /* the whole audio, once */
@@ -370,6 +393,7 @@ static drama_status keep_frame(dr_lane *l, const int32_t *frame, drama_error *er
         st = stream_flush(l, 0, err);
         if (st != DRAMA_OK) return st;
     }
+    if (l->dec && (st = dr_decoder_push(l->dec, frame, err)) != DRAMA_OK) return st;
     if (dr_lane_cancelled(l)) return dr_fail(err, DRAMA_ECANCELLED, "cancelled after %lld frames", (long long)l->n_frames);
     return DRAMA_OK;
 }
