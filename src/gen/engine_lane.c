@@ -255,8 +255,11 @@ void dr_lane_prepare(drama_engine *e, dr_lane *l) {
         if (q->stream) {
             if (!m->codec) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);
             if (st == DRAMA_OK) st = dr_codec_stream_create(m->codec, &l->stream, err);
-        } else if (e->private_ && m->codec && !m->low_memory && dr_decoder_queue_frames() > 0) {
-            /* whole mode: decode beside generation, on a pool of the model's thread count */
+        } else if (e->private_ && m->codec && !m->low_memory && !strcmp(dr_codec_decoder_name(m->codec), "cpu") &&
+                   dr_decoder_queue_frames() > 0) {
+            /* whole mode, CPU decoder: decode beside generation, on a pool of the model's thread
+             * count (a device decoder stays on the engine's thread: it is fast, and its device
+             * context belongs to that thread) */
             st = dr_decoder_start(m->codec, dr_pool_threads(m->pool), dr_decoder_queue_frames(), l->nc,
                                   l->res.samples_per_frame, &l->dec, err);
         }
