@@ -144,6 +144,52 @@ static int bench_gemm(dr_pool *pool, int fmt, int64_t rows, int64_t cols, int64_
     return 0;
 }
 
+/* One DeltaNet layer's recurrence at the full model's heads over n rows (one thread): every value
+ * head row by row (dr_op_gdn_step) against the chunked form (dr_op_gdn_chunk, blocks of 64; the
+ * rows past the last full block row by row), as the prefill runs them. */
+static int bench_deltanet(int64_t n, int reps) {
+    const int nk = 16, nv = 32, dk = 128, dv = 128;
+    int64_t qk = (int64_t)nk * dk, C = 2 * qk + (int64_t)nv * dv, ns = (int64_t)nv * dk * dv;
+    uint64_t s = 11;
+    float *y = malloc((size_t)(n * C) * 4), *ga = malloc((size_t)(n * nv) * 4), *gb = malloc((size_t)(n * nv) * 4);
+    float *S = calloc((size_t)ns, 4), *o = malloc((size_t)(n * nv * dv) * 4), *mem = malloc((size_t)dv * 4);
+    float *scratch = malloc((size_t)dr_op_gdn_chunk_scratch(DR_GDN_CHUNK, dk, dv) * 4);
+    if (!y || !ga || !gb || !S || !o || !mem || !scratch) return 1;
+    for (int64_t i = 0; i < n * C; i++) y[i] = (float)(ct_rand_normal(&s) * 0.09);
+    for (int64_t i = 0; i < n * nv; i++) ga[i] = -(float)(0.05 + 0.5 * ct_rand_uniform(&s)), gb[i] = 0.5f;
+    double best[2] = {1e30, 1e30};
+    for (int mode = 0; mode < 2; mode++)
+        for (int r = 0; r < reps; r++) {
+            memset(S, 0, (size_t)ns * 4);
+            double t0 = now();
+            for (int h = 0; h < nv; h++) {
+                int kh = h / (nv / nk);
+                float *Sh = S + (int64_t)h * dk * dv;
+                for (int64_t i = 0; i < n; i++) {
+                    const float *yi = y + i * C;
+                    if (mode == 1 && i + DR_GDN_CHUNK <= n) {
+                        dr_op_gdn_chunk(Sh, yi + kh * dk, yi + qk + kh * dk, C, yi + 2 * qk + h * dv, C, ga + i * nv + h,
+                                        gb + i * nv + h, nv, DR_GDN_CHUNK, dk, dv, scratch, o + i * nv * dv + h * dv,
+                                        (int64_t)nv * dv, 0);
+                        i += DR_GDN_CHUNK - 1;
+                        continue;
+                    }
+                    dr_op_gdn_step(Sh, yi + kh * dk, yi + qk + kh * dk, yi + 2 * qk + h * dv, ga[i * nv + h],
+                                   gb[i * nv + h], dk, dv, mem, o + i * nv * dv + h * dv);
+                }
+            }
+            double t = now() - t0;
+            if (t < best[mode]) best[mode] = t;
+        }
+    printf("deltanet recurrence, one layer (32 value heads of 128x128), %lld rows, 1 thread\n", (long long)n);
+    dr_bench_line("row_by_row", (double)n / best[0], 0, "rows/s");
+    dr_bench_line("chunked_64", (double)n / best[1], 0, "rows/s");
+    dr_bench_line("chunked_speedup", best[0] / best[1], 2, "x");
+    dr_bench_line("row_by_row_GFLOP/s", 4.0 * nv * dk * dv * (double)n / best[0] / 1e9, 1, "(4 nv dk dv per row)");
+    free(y), free(ga), free(gb), free(S), free(o), free(mem), free(scratch);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     long long threads = 0, reps = 5, rows = 2048, cols = 2048, n_only = 0;
     int fmt = CT_F_BF16, gemm = 1, deltanet = 1;
@@ -197,7 +243,7 @@ int main(int argc, char **argv) {
     int nn = 3;
     if (n_only) ns[0] = n_only, nn = 1;
     for (int i = 0; gemm && i < nn && !rc; i++) rc = bench_gemm(pool, fmt, rows, cols, ns[i], (int)reps);
-    (void)deltanet;
+    if (deltanet && !rc) rc = bench_deltanet(n_only ? n_only : 256, (int)reps);
     dr_pool_free(pool);
     return rc;
 }

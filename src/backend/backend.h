@@ -183,7 +183,9 @@ typedef struct dr_attn_args {
 /* Gated DeltaNet mixer after its input projections (MODEL.md 5.4): the causal conv with the
  * sequence's window, SiLU, l2-normalised q/k (q scaled by 1/sqrt(dk)), gates g = -exp(A_log) *
  * softplus(a + dt_bias) and beta = sigmoid(b) (in place in a, b), the fp32 delta-rule recurrence
- * row by row in position order (prefill == the same rows as single steps, bit for bit). */
+ * row by row in position order (prefill == the same rows as single steps, bit for bit); on the
+ * CPU with `recurrent` 0 (switch deltanet.prefill=chunked), complete position-aligned blocks of
+ * DR_GDN_CHUNK (64) rows of one sequence take the chunked form instead (within fp32 rounding). */
 typedef struct dr_gdn_args {
     const dr_seq_row *rows;
     int64_t n;
@@ -196,6 +198,7 @@ typedef struct dr_gdn_args {
     float *y;                  /* [n][C] scratch: after conv + SiLU */
     float *a, *b;              /* [n][nv] gate inputs, overwritten with g and beta */
     float *out;                /* [n][nv*dv] */
+    int recurrent;             /* 1: row by row only (switch deltanet.prefill = recurrent, the default) */
 } dr_gdn_args;
 
 /* The weights of one MoE layer as the MoE op reads them (model/backbone_load.c binds them). */

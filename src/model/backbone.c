@@ -110,7 +110,8 @@ static void deltanet(dr_backend *be, const dr_backbone *bb, const dr_bb_layer *l
     dr_bk_matmul(be, &g->a, w->xn, n, w->ga);
     dr_gdn_args a = {.rows = c->seq, .n = n, .layer = ly->idx, .nk = d->nk, .dk = d->dk, .nv = d->nv, .dv = d->dv,
                      .K = d->K, .conv_w = g->conv_w, .conv_b = g->conv_b, .neg_A = g->neg_A, .dt_bias = g->dt_bias,
-                     .u = w->u, .y = w->y, .a = w->ga, .b = w->gb, .out = w->go};
+                     .u = w->u, .y = w->y, .a = w->ga, .b = w->gb, .out = w->go,
+                     .recurrent = d->gdn_recurrent};
     be->ops->deltanet(be, &a);
     /* o_h = rms_norm_plain(o_h, norm) * silu(z_h) */
     be->ops->gated_rms_norm(be, w->go, g->norm, g->norm_per_channel, w->z, d->eps, d->nv, d->dv, n);

@@ -39,6 +39,7 @@ drama_status dr_bb_dims_from_config(const dr_config *cfg, dr_bb_dims *d, drama_e
     d->code_stride = cfg->audio.vocab_size;
     d->code_scale_rsqrt = cfg->sw.input_code_scale_rsqrt;
     d->add_token_embedding = cfg->sw.input_add_token_embedding;
+    d->gdn_recurrent = cfg->sw.deltanet_prefill_recurrent;
     return DRAMA_OK;
 }
 

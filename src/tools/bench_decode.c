@@ -198,7 +198,7 @@ static drama_status build(dec_model *m, builder *b, const dr_mm_options *o, doub
                       .dv = dm->lin_v_dim, .K = dm->conv_kernel, .E = dm->experts, .topk = dm->top_k,
                       .I = dm->moe_inter, .Is = dm->shared_inter, .norm_topk = 1, .n_codebooks = dm->codebooks,
                       .in_codebooks = dm->codebooks, .code_stride = dm->code_vocab, .code_scale_rsqrt = 1,
-                      .add_token_embedding = 1};
+                      .add_token_embedding = 1, .gdn_recurrent = 1};
     d->rope_dims = (int)(dm->head_dim * dm->partial_rotary) & ~1;
     int64_t H = d->H, C = 2 * (int64_t)d->nk * d->dk + (int64_t)d->nv * d->dv, vd = (int64_t)d->nv * d->dv;
     d->kinds = malloc((size_t)d->n_layers * sizeof *d->kinds);

@@ -161,11 +161,13 @@ int dr_contract_run(const dr_contract_options *o, FILE *out, dr_contract_summary
     nk += ct_matmul_kernels(kernels + nk, CT_MAX - nk);
     nk += ct_ops_kernels(kernels + nk, CT_MAX - nk);
     nk += ct_model_kernels(kernels + nk, CT_MAX - nk);
+    nk += ct_gdn_chunk_kernels(kernels + nk, CT_MAX - nk);
     nk += ct_codec_kernels(kernels + nk, CT_MAX - nk);
     nk += ct_cuda_kernels(kernels + nk, CT_MAX - nk);
     nc += ct_matmul_controls(controls + nc, CT_MAX - nc);
     nc += ct_ops_controls(controls + nc, CT_MAX - nc);
     nc += ct_model_controls(controls + nc, CT_MAX - nc);
+    nc += ct_gdn_chunk_controls(controls + nc, CT_MAX - nc);
     nc += ct_codec_controls(controls + nc, CT_MAX - nc);
     nc += ct_cuda_controls(controls + nc, CT_MAX - nc);
     const char *golden = o->golden ? o->golden : getenv("DRAMA_GOLDEN");

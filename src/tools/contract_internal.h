@@ -61,6 +61,9 @@ int ct_codec_controls(ct_kernel *out, int max);
 /* Model-level element-wise kernels (backend/cpu/ops.h beyond the basic ops): contract_model.c */
 int ct_model_kernels(ct_kernel *out, int max);
 int ct_model_controls(ct_kernel *out, int max);
+/* The chunked DeltaNet prefill (backend/cpu/gdn_chunk.c): contract_gdn_chunk.c */
+int ct_gdn_chunk_kernels(ct_kernel *out, int max);
+int ct_gdn_chunk_controls(ct_kernel *out, int max);
 /* CUDA kernels (src/backend/cuda), registered when the backend is built: contract_cuda.c */
 int ct_cuda_kernels(ct_kernel *out, int max);
 int ct_cuda_controls(ct_kernel *out, int max);

@@ -1,7 +1,8 @@
 /* cpu_mixers.c - the attention and DeltaNet ops on the CPU (backend.h: dr_attn_args,
  * dr_gdn_args). Work is split by (row, head) for attention and by conv channel block / value
- * head for DeltaNet; each DeltaNet task walks the rows in order, so a prefill runs the
- * recurrence row by row and equals the same rows as single steps bit for bit. */
+ * head for DeltaNet; each DeltaNet task walks the rows in order: complete position-aligned
+ * blocks of DR_GDN_CHUNK rows of one sequence in the chunked form (gdn_chunk.c), every other row
+ * by the recurrence (all rows when args->recurrent), so where a prefill splits never matters. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,21 @@ typedef struct gdn_ctx {
     const dr_gdn_args *a;
     int64_t C;
     float *mem;      /* [nv][dv] scratch, one per value head */
+    float *chunk;    /* [n_workers][chunk_len] scratch of the chunked form, or NULL */
+    int64_t chunk_len;
 } gdn_ctx;
+
+/* Rows i .. i + DR_GDN_CHUNK - 1 form a complete block: one sequence, consecutive offsets, none
+ * held, the first at a position that is a multiple of DR_GDN_CHUNK. Aligning to the position
+ * (not to the call) makes the result independent of how a prefill is split into calls. */
+static int chunk_at(const dr_gdn_args *a, int64_t i) {
+    if (i + DR_GDN_CHUNK > a->n || row_pos(&a->rows[i]) % DR_GDN_CHUNK) return 0;
+    for (int64_t t = 0; t < DR_GDN_CHUNK; t++) {
+        const dr_seq_row *r = &a->rows[i + t];
+        if (r->seq != a->rows[i].seq || r->off != a->rows[i].off + t || held(r)) return 0;
+    }
+    return 1;
+}
 
 static void conv_task(void *vctx, int64_t blk, int worker) {
     (void)worker;
@@ -122,12 +137,21 @@ static void conv_task(void *vctx, int64_t blk, int worker) {
 }
 
 static void head_task(void *vctx, int64_t h, int worker) {
-    (void)worker;
     const gdn_ctx *c = vctx;
     const dr_gdn_args *a = c->a;
-    int64_t qk = (int64_t)a->nk * a->dk;
+    int64_t qk = (int64_t)a->nk * a->dk, vd = (int64_t)a->nv * a->dv;
     int kh = (int)(h / (a->nv / a->nk));
     for (int64_t i = 0; i < a->n; i++) {
+        if (c->chunk && chunk_at(a, i)) {
+            const dr_seq *s = a->rows[i].seq;
+            const float *y = a->y + i * c->C;
+            float *S = s->rec + (int64_t)a->layer * s->rec_len + h * (int64_t)a->dk * a->dv;
+            dr_op_gdn_chunk(S, y + (int64_t)kh * a->dk, y + qk + (int64_t)kh * a->dk, c->C, y + 2 * qk + h * a->dv,
+                            c->C, a->a + i * a->nv + h, a->b + i * a->nv + h, a->nv, DR_GDN_CHUNK, a->dk, a->dv,
+                            c->chunk + (int64_t)worker * c->chunk_len, a->out + i * vd + h * a->dv, vd, 0);
+            i += DR_GDN_CHUNK - 1;
+            continue;
+        }
         if (held(&a->rows[i])) {
             memset(a->out + i * (int64_t)a->nv * a->dv + h * a->dv, 0, (size_t)a->dv * sizeof(float));
             continue;
@@ -149,7 +173,17 @@ void dr_cpu_op_deltanet(dr_backend *be, const dr_gdn_args *a) {
         for (int64_t j = 0; j < n * vd; j++) a->out[j] = NAN;
         return;
     }
-    gdn_ctx c = {a, C, mem};
+    gdn_ctx c = {a, C, mem, NULL, 0};
+    if (!a->recurrent && n >= DR_GDN_CHUNK) {
+        int n_workers = pool ? dr_pool_threads(pool) : 1;
+        c.chunk_len = dr_op_gdn_chunk_scratch(DR_GDN_CHUNK, a->dk, a->dv);
+        c.chunk = dr_alloc((size_t)(n_workers * c.chunk_len) * sizeof(float));
+        if (!c.chunk) { /* loud, never a silent switch of form */
+            for (int64_t j = 0; j < n * vd; j++) a->out[j] = NAN;
+            dr_free(mem);
+            return;
+        }
+    }
     dr_pool_run_work(pool, (C + CONV_BLOCK - 1) / CONV_BLOCK, conv_task, &c, (double)n * (double)C * (a->K + 2));
     /* q, k l2-normalised per key head (q also scaled by 1/sqrt(dk)); gates per value head */
     float qscale = 1.0f / sqrtf((float)a->dk);
@@ -162,5 +196,6 @@ void dr_cpu_op_deltanet(dr_backend *be, const dr_gdn_args *a) {
         dr_op_gdn_gates(a->a + i * nv, a->b + i * nv, a->neg_A, a->dt_bias, nv); /* g (log decay <= 0), beta */
     }
     dr_pool_run_work(pool, nv, head_task, &c, 4.0 * (double)n * (double)nv * (double)a->dk * (double)a->dv);
+    dr_free(c.chunk);
     dr_free(mem);
 }

@@ -59,6 +59,22 @@ void dr_op_conv_step(float *window, const float *u, const float *w, const float 
 void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta, int dk, int dv,
                     float *mem, float *o);
 
+/* The same rule over L <= 256 consecutive rows in the chunked (WY) form (gdn_chunk.c): row t reads
+ * q, k at t * ld_qk, v at t * ld_v, g (log decay) and beta at t * ld_gate, writes o at t * ld_o; S
+ * becomes the state after the last row. Equals L dr_op_gdn_step calls up to fp32 rounding, not bit
+ * for bit; the same bits on the AVX2 and the portable path (portable = 1 forces the latter).
+ * scratch: dr_op_gdn_chunk_scratch(L, dk, dv) floats. The prefill uses it for complete,
+ * position-aligned blocks of DR_GDN_CHUNK rows. */
+enum { DR_GDN_CHUNK = 64 };
+int64_t dr_op_gdn_chunk_scratch(int L, int dk, int dv);
+void dr_op_gdn_chunk(float *S, const float *q, const float *k, int64_t ld_qk, const float *v, int64_t ld_v,
+                     const float *g, const float *beta, int64_t ld_gate, int L, int dk, int dv, float *scratch,
+                     float *o, int64_t ld_o, int portable);
+/* with a defect planted in its substitution loop: only for `drama contract`'s control */
+void dr_op_gdn_chunk_planted(float *S, const float *q, const float *k, int64_t ld_qk, const float *v, int64_t ld_v,
+                             const float *g, const float *beta, int64_t ld_gate, int L, int dk, int dv,
+                             float *scratch, float *o, int64_t ld_o, int portable);
+
 /* ---- model-level element-wise steps (MODEL.md 5.3-5.5, TOWER-H1.md, TEXT.md 5) ---- */
 
 /* In place: x = silu(x) = x / (1 + expf(-x)) (DeltaNet conv output). */
