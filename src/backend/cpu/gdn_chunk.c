@@ -87,7 +87,7 @@ void GDN_CHUNK_NAME(float *S, const float *q, const float *k, int64_t ld_qk, con
                     float *o, int64_t ld_o, int portable) {
     vecmat_fn vecmat = VECMAT_NAME(portable);
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    if (!portable && dr_cpu_best_path() == DR_CPU_AVX2) vecmat = VECMAT_NAME(avx2);
+    if (!portable && dr_cpu_best_path() != DR_CPU_PORTABLE) vecmat = VECMAT_NAME(avx2); /* AVX2 or AVX-512 CPUs */
 #endif
     float *ks = scratch;                   /* [L][dv] S_0^T k_t */
     float *qs = ks + (int64_t)L * dv;      /* [L][dv] S_0^T q_t */
