@@ -2,6 +2,7 @@
  * loaded dr_codec, per-stream device state (conv histories, the post_module's K/V ring), and the
  * decode of one chunk of <= 16 frames in the CPU's layer order (codec/decode.c). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,7 @@ struct dblock {
     dru ru[CD_MAX_RU];
 };
 
-enum { B_A, B_B, B_C, B_D, B_PART, B_CUR, B_NRM, B_QKV, B_ATT, B_F1, B_F3, B_CNX_H, B_CNX_M, B_OUT, B_N };
+enum { B_A, B_B, B_D, B_PART, B_CUR, B_NRM, B_QKV, B_ATT, B_F1, B_F3, B_CNX_H, B_CNX_M, B_OUT, B_N };
 
 struct ccodec {
     const dr_codec *c;
@@ -79,7 +80,19 @@ struct ccodec {
     size_t cap[B_N];
     int32_t *dcodes;
     cudaError_t fail; /* first launch error of the current feed */
+    int prof;         /* DRAMA_CUDA_CODEC_PROFILE=1: device time per stage on stderr after each feed */
+    cudaEvent_t ev[24];
+    const char *ev_name[24];
+    int n_ev;
 };
+
+/* a profiling mark (no-op unless cc->prof) */
+void mark(ccodec *cc, const char *name) {
+    if (!cc->prof || cc->n_ev >= 24) return;
+    if (!cc->ev[cc->n_ev]) cudaEventCreate(&cc->ev[cc->n_ev]);
+    cc->ev_name[cc->n_ev] = name;
+    cudaEventRecord(cc->ev[cc->n_ev++], cc->stream);
+}
 
 struct cstream {
     std::vector<float *> hist[2]; /* [n_conv_states] device: the current history and the next */
@@ -168,6 +181,9 @@ drama_status up_snake(ccodec *cc, const cd_snake *s, dsnake *d, drama_error *err
 drama_status up_tf(ccodec *cc, const cd_tf *tf, dtf *d, drama_error *err) {
     d->cfg = tf->cfg;
     d->cap = tf->cfg.window_size + CC_CHUNK;
+    if (ck_attend_smem(tf->cfg.window_size, tf->cfg.head_dim) > 48 * 1024)
+        return dr_fail(err, DRAMA_EUNSUPPORTED, "cuda codec: post_module window %d x head dim %d exceeds the staged K tile",
+                       tf->cfg.window_size, tf->cfg.head_dim);
     d->layers.resize((size_t)tf->cfg.n_layer);
     int D = tf->cfg.dim;
     drama_status st = DRAMA_OK;
@@ -213,30 +229,31 @@ struct hpair {
     int *cur;
 };
 
-/* y = epi(conv(x)) for L input steps; the epilogue's bias and output placement are filled here */
-void conv(ccodec *cc, const dconv *cv, hpair hp, const float *x, int64_t L, float *y, ck_epi e) {
+/* y = epi(conv(snake_in(x))) for L input steps (snake_in NULL: none; every output phase of a
+ * transposed conv in the same launch); the epilogue's bias and output placement are filled here */
+void conv(ccodec *cc, const dconv *cv, hpair hp, const float *x, int64_t L, float *y, ck_epi e,
+          const dsnake *snake_in = NULL) {
     if (cc->fail || L <= 0) return;
     float *hist = hp.in;
     e.bias = cv->b;
     if (cv->depthwise) {
         note(cc, ck_dwconv(cv->w, cv->b, hist, x, cv->cin, cv->K, cv->dil, cv->H, L, y, cc->stream));
     } else {
-        for (int q = 0; q < cv->phases; q++) {
-            ck_conv p = {};
-            p.w = cv->w + (int64_t)q * cv->phase_len;
-            p.hist = hist, p.x = x, p.cin = cv->cin, p.cout = cv->cout, p.K = cv->K, p.dil = cv->dil, p.H = cv->H;
-            p.L = L, p.splits = cv->splits;
-            p.e = e;
-            p.e.y = y, p.e.ldy = L * cv->phases, p.e.ystep = cv->phases, p.e.yoff = q;
-            if (cv->splits > 1) {
-                p.part = scratch(cc, B_PART, (int64_t)cv->splits * cv->cout * L);
-                if (!p.part) return;
-            }
-            note(cc, ck_conv_launch(&p, cc->stream));
-            if (cv->splits > 1) note(cc, ck_reduce_launch(p.part, cv->splits, cv->cout, L, &p.e, cc->stream));
+        ck_conv p = {};
+        p.w = cv->w, p.phases = cv->phases, p.phase_len = cv->phase_len;
+        if (snake_in) p.in_alpha = snake_in->alpha, p.in_inv = snake_in->inv;
+        p.hist = hist, p.x = x, p.cin = cv->cin, p.cout = cv->cout, p.K = cv->K, p.dil = cv->dil, p.H = cv->H;
+        p.L = L, p.splits = cv->splits;
+        p.e = e;
+        p.e.y = y, p.e.ldy = L * cv->phases;
+        if (cv->splits > 1) {
+            p.part = scratch(cc, B_PART, (int64_t)cv->phases * cv->splits * cv->cout * L);
+            if (!p.part) return;
         }
+        note(cc, ck_conv_launch(&p, cc->stream));
+        if (cv->splits > 1) note(cc, ck_reduce_launch(p.part, cv->splits, cv->phases, cv->cout, L, &p.e, cc->stream));
     }
-    if (cv->H > 0 && hist) { /* the last H input columns become the next call's history */
+    if (cv->H > 0 && hist) { /* the last H input columns (before any Snake) become the next call's history */
         note(cc, ck_hist_next(hist, x, cv->cin, cv->H, L, hp.out, cc->stream));
         *hp.cur ^= 1;
     }
@@ -314,6 +331,7 @@ void decode_chunk(ccodec *cc, cstream *s, int64_t T) {
     int cur = B_A;
     float *a = scratch(cc, B_A, (int64_t)Q * T);
     if (cc->fail) return;
+    mark(cc, "start");
     note(cc, ck_vq_sum(&cc->tables, cf->num_codebooks, cc->dcodes, Q, (int)T, a, cc->stream));
     int64_t len = T, ch = Q;
     auto next = [&](int64_t nch, int64_t nlen) -> float * {
@@ -339,40 +357,42 @@ void decode_chunk(ccodec *cc, cstream *s, int64_t T) {
         flip(u->cout, len * u->phases);
         cnx_run(cc, s, &cc->up_cnx[i], cc->buf[cur], len);
     }
+    mark(cc, "codes+post+upsample");
     {
         float *y = next(cc->dec_in.cout, len);
         if (cc->fail) return;
         conv(cc, &cc->dec_in, hist_of(s, &cc->dec_in), cc->buf[cur], len, y, epi_none());
         flip(cc->dec_in.cout, len);
     }
+    mark(cc, "dec_in");
     for (int b = 0; b < cf->n_decoder_rates && !cc->fail; b++) {
         const dblock *db = &cc->dec[b];
-        note(cc, ck_snake(cc->buf[cur], cc->buf[cur], db->snake.alpha, db->snake.inv, (int)ch, len, cc->stream));
         float *y = next(db->up.cout, len * db->up.phases);
         if (cc->fail) return;
-        conv(cc, &db->up, hist_of(s, &db->up), cc->buf[cur], len, y, epi_none());
+        conv(cc, &db->up, hist_of(s, &db->up), cc->buf[cur], len, y, epi_none(), &db->snake);
         flip(db->up.cout, len * db->up.phases);
+        mark(cc, "block up");
         for (int r = 0; r < cf->n_dilations && !cc->fail; r++) {
             const dru *ru = &db->ru[r];
             float *x = cc->buf[cur];
-            float *sa = scratch(cc, B_C, ch * len), *sb = scratch(cc, B_D, (int64_t)ru->c1.cout * len);
+            float *sb = scratch(cc, B_D, (int64_t)ru->c1.cout * len);
             if (cc->fail) return;
-            note(cc, ck_snake(x, sa, ru->s1.alpha, ru->s1.inv, (int)ch, len, cc->stream));
             ck_epi e = epi_none();
             e.act = CK_ACT_SNAKE, e.alpha = ru->s2.alpha, e.inv = ru->s2.inv;
-            conv(cc, &ru->c1, hist_of(s, &ru->c1), sa, len, sb, e);
+            conv(cc, &ru->c1, hist_of(s, &ru->c1), x, len, sb, e, &ru->s1); /* x + c2(s2(c1(s1(x)))) */
             e = epi_none();
             e.res = x;
             conv(cc, &ru->c2, hist_of(s, &ru->c2), sb, len, x, e);
         }
+        mark(cc, "block residual units");
     }
     if (cc->fail) return;
-    note(cc, ck_snake(cc->buf[cur], cc->buf[cur], cc->dec_snake.alpha, cc->dec_snake.inv, (int)ch, len, cc->stream));
     float *out = scratch(cc, B_OUT, len);
     if (cc->fail) return;
     ck_epi e = epi_none();
     e.act = CK_ACT_TANH;
-    conv(cc, &cc->dec_out, hist_of(s, &cc->dec_out), cc->buf[cur], len, out, e);
+    conv(cc, &cc->dec_out, hist_of(s, &cc->dec_out), cc->buf[cur], len, out, e, &cc->dec_snake);
+    mark(cc, "out");
 }
 
 /* ---- the dr_codec_accel entries ---- */
@@ -465,6 +485,15 @@ drama_status acc_feed(void *ctx, void *sp, const int32_t *codes, int64_t n, floa
                                      cc->stream));
         note(cc, cudaStreamSynchronize(cc->stream));
         st = cuerr(cc->fail, "decode", err);
+        if (cc->prof && cc->n_ev > 1) {
+            fprintf(stderr, "cuda codec profile, %lld frames:", (long long)n);
+            for (int i = 1; i < cc->n_ev; i++) {
+                float ms = 0;
+                cudaEventElapsedTime(&ms, cc->ev[i - 1], cc->ev[i]);
+                fprintf(stderr, " %s %.3f ms%s", cc->ev_name[i], ms, i + 1 < cc->n_ev ? ";" : "\n");
+            }
+        }
+        cc->n_ev = 0;
     }
     pthread_mutex_unlock(&cc->mu);
     return st;
@@ -477,6 +506,8 @@ void acc_free(void *ctx) {
     if (cc->stream) cudaStreamSynchronize(cc->stream);
     for (void *p : cc->owned) cudaFree(p);
     for (int i = 0; i < B_N; i++) cudaFree(cc->buf[i]);
+    for (int i = 0; i < 24; i++)
+        if (cc->ev[i]) cudaEventDestroy(cc->ev[i]);
     if (cc->stream) cudaStreamDestroy(cc->stream);
     pthread_mutex_destroy(&cc->mu);
     delete cc;
@@ -537,6 +568,8 @@ extern "C" drama_status dr_cuda_codec_attach(dr_codec *c, int device, drama_erro
     ccodec *cc = new (std::nothrow) ccodec();
     if (!cc) return dr_fail(err, DRAMA_ENOMEM, "cuda codec: out of memory");
     cc->c = c, cc->cfg = c->cfg, cc->device = device;
+    const char *pe = getenv("DRAMA_CUDA_CODEC_PROFILE");
+    cc->prof = pe && pe[0] == '1';
     pthread_mutex_init(&cc->mu, NULL);
     drama_status st = cuerr(cudaSetDevice(device), "cudaSetDevice", err);
     if (!st) st = cuerr(cudaStreamCreateWithFlags(&cc->stream, cudaStreamNonBlocking), "cudaStreamCreate", err);
@@ -592,9 +625,10 @@ extern "C" drama_status dr_cuda_codec_conv_test(const float *w, const float *b, 
         p.w = dw, p.hist = dh, p.x = dx, p.cin = cin, p.cout = cout, p.K = K, p.dil = dil, p.H = H, p.L = L;
         p.splits = splits, p.part = dp, p.plant = plant;
         p.e.bias = db, p.e.act = act == 1 ? CK_ACT_SNAKE : act == 2 ? CK_ACT_TANH : CK_ACT_NONE;
-        p.e.alpha = da, p.e.inv = di, p.e.res = dr, p.e.y = dy, p.e.ldy = L, p.e.ystep = 1, p.e.yoff = 0;
+        p.e.alpha = da, p.e.inv = di, p.e.res = dr, p.e.y = dy, p.e.ldy = L;
+        p.phases = 1;
         st = cuerr(ck_conv_launch(&p, 0), "conv launch", err);
-        if (!st && splits > 1) st = cuerr(ck_reduce_launch(dp, splits, cout, L, &p.e, 0), "reduce launch", err);
+        if (!st && splits > 1) st = cuerr(ck_reduce_launch(dp, splits, 1, cout, L, &p.e, 0), "reduce launch", err);
         if (!st) st = cuerr(cudaMemcpy(y, dy, ny, cudaMemcpyDeviceToHost), "download", err);
     }
     cudaFree(dw), cudaFree(db), cudaFree(dh), cudaFree(dx), cudaFree(dy), cudaFree(da), cudaFree(di), cudaFree(dr);

@@ -22,7 +22,7 @@ static inline unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / 
  * residuals with their scales, SwiGLU, GELU, tanh), each rounded as the CPU rounds it */
 __device__ __forceinline__ void epi_store(const ck_epi &e, int o, int64_t t, float a) {
     float v = fadd(a, e.bias ? e.bias[o] : 0.0f);
-    int64_t at = (int64_t)o * e.ldy + e.yoff + t * e.ystep;
+    int64_t at = (int64_t)o * e.ldy + t; /* t: the output column (phase-interleaved for transposed convs) */
     switch (e.act) {
     case CK_ACT_SNAKE: {
         float s = sinf(fmul(e.alpha[o], v));
@@ -46,7 +46,9 @@ __global__ void __launch_bounds__(256) conv_kernel(ck_conv p) {
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t t0 = (int64_t)blockIdx.x * BN;
     const int o0 = blockIdx.y * BM;
-    const int cps = p.cin / p.splits, ci0 = blockIdx.z * cps, ci1 = ci0 + cps;
+    const int q = blockIdx.z / p.splits, sp = blockIdx.z - q * p.splits; /* output phase, split */
+    const int cps = p.cin / p.splits, ci0 = sp * cps, ci1 = ci0 + cps;
+    const float *wq = p.w + (int64_t)q * p.phase_len;
     const int bki = p.bki, XW = BN + (K - 1) * dil;
     const int kend = p.plant == 1 ? K - 1 : K; /* contract control only */
     const int64_t HL = p.H + p.L;
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(256) conv_kernel(ck_conv p) {
         const int nc = min(bki, ci1 - c0), wrows = nc * K;
         for (int e = threadIdx.x; e < wrows * BM; e += 256) {
             int r = e / BM, m = e - r * BM, o = o0 + m;
-            Ws[r * BM + m] = o < p.cout ? p.w[((int64_t)c0 * K + r) * p.cout + o] : 0.0f;
+            Ws[r * BM + m] = o < p.cout ? wq[((int64_t)c0 * K + r) * p.cout + o] : 0.0f;
         }
         for (int e = threadIdx.x; e < nc * XW; e += 256) {
             int ii = e / XW, c = e - ii * XW, i = c0 + ii;
@@ -70,6 +72,10 @@ __global__ void __launch_bounds__(256) conv_kernel(ck_conv p) {
             float v = 0.0f;
             if (col < p.H) v = p.hist[(int64_t)i * p.H + col];
             else if (col < HL) v = p.x[(int64_t)i * p.L + (col - p.H)];
+            if (p.in_alpha) { /* the Snake in front of this conv, on its input (history included) */
+                float sn = sinf(fmul(p.in_alpha[i], v));
+                v = fadd(v, fmul(p.in_inv[i], fmul(sn, sn)));
+            }
             Xs[ii * XW + c] = v;
         }
         __syncthreads();
@@ -109,7 +115,7 @@ __global__ void __launch_bounds__(256) conv_kernel(ck_conv p) {
             int64_t t = t0 + tx + 16 * b;
             if (t >= p.L) continue;
             if (p.splits > 1) p.part[((int64_t)blockIdx.z * p.cout + o) * p.L + t] = acc[a][b];
-            else epi_store(p.e, o, t, acc[a][b]);
+            else epi_store(p.e, o, t * p.phases + q, acc[a][b]);
         }
     }
 }
@@ -117,7 +123,7 @@ __global__ void __launch_bounds__(256) conv_kernel(ck_conv p) {
 template <int TM, int TN>
 static cudaError_t launch_k(const ck_conv *p, cudaStream_t s) {
     constexpr int BM = 16 * TM, BN = 16 * TN;
-    dim3 grid(nblk(p->L, BN), nblk(p->cout, BM), (unsigned)p->splits);
+    dim3 grid(nblk(p->L, BN), nblk(p->cout, BM), (unsigned)(p->splits * p->phases));
     ck_conv q = *p;
     /* channels per stage (bki 0: chosen here): ~128 weight rows (64 for the 64 x 64 tile), at most
      * the split's channels, within 40 KiB of shared memory. Fewer stages = fewer barriers and
@@ -144,24 +150,28 @@ static cudaError_t launch_k(const ck_conv *p, cudaStream_t s) {
 /* The tile shape only changes which block computes a value, never the value. */
 cudaError_t ck_conv_launch(const ck_conv *p, cudaStream_t s) {
     if (p->cout <= 16) return launch_k<1, 8>(p, s);
-    int64_t tiles64 = (int64_t)nblk(p->L, 64) * nblk(p->cout, 64) * p->splits;
+    int64_t tiles64 = (int64_t)nblk(p->L, 64) * nblk(p->cout, 64) * p->splits * p->phases;
     if (tiles64 >= 264) return launch_k<4, 4>(p, s); /* two waves of 132 SMs or more */
     return launch_k<2, 2>(p, s);
 }
 
-__global__ void reduce_kernel(const float *part, int splits, int cout, int64_t L, ck_epi e) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)cout * L) return;
-    int o = (int)(idx / L);
-    int64_t t = idx - (int64_t)o * L;
-    float v = part[idx];
-    for (int s = 1; s < splits; s++) v = fadd(v, part[(int64_t)s * cout * L + idx]);
-    epi_store(e, o, t, v);
+__global__ void reduce_kernel(const float *part, int splits, int phases, int cout, int64_t L, ck_epi e) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per = (int64_t)cout * L;
+    if (idx >= per * phases) return;
+    int q = (int)(idx / per);
+    int64_t r = idx - q * per;
+    int o = (int)(r / L);
+    int64_t t = r - (int64_t)o * L;
+    const float *pq = part + (int64_t)q * splits * per + r;
+    float v = pq[0];
+    for (int s = 1; s < splits; s++) v = fadd(v, pq[(int64_t)s * per]);
+    epi_store(e, o, t * phases + q, v);
 }
 
-cudaError_t ck_reduce_launch(const float *part, int splits, int cout, int64_t L, const ck_epi *e, cudaStream_t s) {
-    int64_t n = (int64_t)cout * L;
-    reduce_kernel<<<nblk(n, 256), 256, 0, s>>>(part, splits, cout, L, *e);
+cudaError_t ck_reduce_launch(const float *part, int splits, int phases, int cout, int64_t L, const ck_epi *e,
+                             cudaStream_t s) {
+    int64_t n = (int64_t)cout * L * phases;
+    reduce_kernel<<<nblk(n, 256), 256, 0, s>>>(part, splits, phases, cout, L, *e);
     return cudaGetLastError();
 }
 
@@ -215,43 +225,62 @@ cudaError_t ck_dwconv(const float *w, const float *b, const float *hist, const f
     return cudaGetLastError();
 }
 
-/* one thread per time step; sums over channels in order (codec/ops.c cd_layernorm_ct) */
-__global__ void layernorm_kernel(float *x, int C, int64_t L, const float *w, const float *b, float eps) {
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= L) return;
-    float mean = 0.0f, var = 0.0f;
-    for (int c = 0; c < C; c++) mean = fadd(mean, x[(int64_t)c * L + t]);
-    mean = fdiv(mean, (float)C);
-    for (int c = 0; c < C; c++) {
-        float d = fsub(x[(int64_t)c * L + t], mean);
-        var = fadd(var, fmul(d, d));
+/* Norms over the channels of one time step: one block of 256 threads per step; thread i sums
+ * channels i, i + 256, ... in order, then a fixed tree adds the 256 partial sums. The order depends
+ * only on the channel count, never on the number of steps, so chunked calls stay bit-identical
+ * (the CPU sums channels in one chain: the two differ by rounding). */
+#define NT 256
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = fadd(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
     }
-    float r = fdiv(1.0f, sqrtf(fadd(fdiv(var, (float)C), eps)));
-    for (int c = 0; c < C; c++) {
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(NT) layernorm_kernel(float *x, int C, int64_t L, const float *w, const float *b,
+                                                       float eps) {
+    __shared__ float sh[NT];
+    const int64_t t = blockIdx.x;
+    float part = 0.0f;
+    for (int c = threadIdx.x; c < C; c += NT) part = fadd(part, x[(int64_t)c * L + t]);
+    const float mean = fdiv(block_sum(part, sh), (float)C);
+    part = 0.0f;
+    for (int c = threadIdx.x; c < C; c += NT) {
+        float d = fsub(x[(int64_t)c * L + t], mean);
+        part = fadd(part, fmul(d, d));
+    }
+    const float r = fdiv(1.0f, sqrtf(fadd(fdiv(block_sum(part, sh), (float)C), eps)));
+    for (int c = threadIdx.x; c < C; c += NT) {
         float *p = &x[(int64_t)c * L + t];
         *p = fadd(fmul(fmul(fsub(*p, mean), r), w[c]), b[c]);
     }
 }
 
 cudaError_t ck_layernorm(float *x, int C, int64_t L, const float *w, const float *b, float eps, cudaStream_t s) {
-    layernorm_kernel<<<nblk(L, 64), 64, 0, s>>>(x, C, L, w, b, eps);
+    layernorm_kernel<<<(unsigned)L, NT, 0, s>>>(x, C, L, w, b, eps);
     return cudaGetLastError();
 }
 
-__global__ void rmsnorm_kernel(const float *x, float *y, int D, int64_t L, const float *w, float eps) {
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= L) return;
-    float ss = 0.0f;
-    for (int c = 0; c < D; c++) {
+__global__ void __launch_bounds__(NT) rmsnorm_kernel(const float *x, float *y, int D, int64_t L, const float *w,
+                                                     float eps) {
+    __shared__ float sh[NT];
+    const int64_t t = blockIdx.x;
+    float part = 0.0f;
+    for (int c = threadIdx.x; c < D; c += NT) {
         float v = x[(int64_t)c * L + t];
-        ss = fadd(ss, fmul(v, v));
+        part = fadd(part, fmul(v, v));
     }
-    float r = fdiv(1.0f, sqrtf(fadd(fdiv(ss, (float)D), eps)));
-    for (int c = 0; c < D; c++) y[(int64_t)c * L + t] = fmul(fmul(x[(int64_t)c * L + t], r), w[c]);
+    const float r = fdiv(1.0f, sqrtf(fadd(fdiv(block_sum(part, sh), (float)D), eps)));
+    for (int c = threadIdx.x; c < D; c += NT) y[(int64_t)c * L + t] = fmul(fmul(x[(int64_t)c * L + t], r), w[c]);
 }
 
 cudaError_t ck_rmsnorm(const float *x, float *y, int D, int64_t L, const float *w, float eps, cudaStream_t s) {
-    rmsnorm_kernel<<<nblk(L, 64), 64, 0, s>>>(x, y, D, L, w, eps);
+    rmsnorm_kernel<<<(unsigned)L, NT, 0, s>>>(x, y, D, L, w, eps);
     return cudaGetLastError();
 }
 
@@ -313,19 +342,24 @@ cudaError_t ck_kv_store(const float *qkv, int Dq, int64_t L, float *rk, float *r
     return cudaGetLastError();
 }
 
-/* one block per (query, head): scores in parallel, max / sum in key order by one thread (the
- * CPU's order), the weighted sum of V per output dimension in key order */
+/* one block per (query, head): the window's K rows staged in shared memory (coalesced), scores
+ * in parallel, max and sum in key order by one thread (the CPU's order), the weighted sum of V per
+ * output dimension in key order */
 __global__ void attend_kernel(const float *qkv, const float *rk, const float *rv, int cap, int H, int hd, int W,
                               int64_t L, int64_t pos0, float *out) {
     extern __shared__ float sh[];
-    float *sc = sh, *qs = sh + W, *tot = qs + hd;
+    float *ks = sh, *sc = ks + (size_t)W * (hd + 1), *qs = sc + W, *tot = qs + hd; /* K rows padded: no bank conflicts */
     const int64_t t = blockIdx.x, P = pos0 + t, first = P - (W - 1) < 0 ? 0 : P - (W - 1);
     const int h = blockIdx.y, n = (int)(P - first + 1), Dq = H * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qkv[(int64_t)(h * hd + d) * L + t];
+    for (int e = threadIdx.x; e < n * hd; e += blockDim.x) {
+        int j = e / hd, d = e - j * hd;
+        ks[j * (hd + 1) + d] = rk[((first + j) % cap) * Dq + h * hd + d];
+    }
     __syncthreads();
     const float scale = fdiv(1.0f, sqrtf((float)hd));
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float *k = rk + ((first + j) % cap) * Dq + h * hd;
+        const float *k = ks + (size_t)j * (hd + 1);
         float s = 0.0f;
         for (int d = 0; d < hd; d++) s = fadd(s, fmul(qs[d], k[d]));
         sc[j] = fmul(s, scale);
@@ -349,15 +383,19 @@ __global__ void attend_kernel(const float *qkv, const float *rk, const float *rv
     const float sum = tot[1];
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
+#pragma unroll 8
         for (int j = 0; j < n; j++)
             acc = fadd(acc, fmul(fdiv(sc[j], sum), rv[((first + j) % cap) * Dq + h * hd + d]));
         out[(int64_t)(h * hd + d) * L + t] = acc;
     }
 }
 
+size_t ck_attend_smem(int W, int hd) { return ((size_t)W * (hd + 1) + W + hd + 2) * sizeof(float); }
+
 cudaError_t ck_attend(const float *qkv, const float *rk, const float *rv, int cap, int H, int hd, int W, int64_t L,
                       int64_t pos0, float *out, cudaStream_t s) {
-    size_t smem = (size_t)(W + hd + 2) * sizeof(float);
+    size_t smem = ck_attend_smem(W, hd);
+    if (smem > 48 * 1024) return cudaErrorInvalidValue; /* window x head size beyond the staged K tile */
     attend_kernel<<<dim3((unsigned)L, (unsigned)H), 128, smem, s>>>(qkv, rk, rv, cap, H, hd, W, L, pos0, out);
     return cudaGetLastError();
 }

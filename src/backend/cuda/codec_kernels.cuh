@@ -11,7 +11,7 @@
 enum { CK_ACT_NONE = 0, CK_ACT_SNAKE = 1, CK_ACT_TANH = 2, CK_ACT_GELU = 3, CK_ACT_SILU_MUL = 4 };
 
 /* A conv's epilogue: v = acc + bias; v = act(v); v = gamma * v; v = res + v; store at
- * y[o * ldy + t * ystep + yoff] (res and aux are read at the same index). */
+ * y[o * ldy + column] (res and aux are read at the same index); column = t * phases + phase. */
 struct ck_epi {
     const float *bias;         /* [cout] or NULL */
     int act;                   /* CK_ACT_* */
@@ -20,15 +20,19 @@ struct ck_epi {
     const float *gamma;        /* [cout] or NULL */
     const float *res;          /* or NULL (may equal y) */
     float *y;
-    int64_t ldy, ystep, yoff;
+    int64_t ldy;
 };
 
-/* One stride-1 conv call (one output phase of a transposed conv). Input column c of channel i is
+/* One stride-1 conv call, or all `phases` output phases of a transposed conv (phase q: weights at
+ * w + q * phase_len, output columns t * phases + q). Input column c of channel i is
  * c < H ? hist[i * H + c] : x[i * L + c - H]; output t reads columns t + k * dil, k < K. The input
  * channels are cut into `splits` equal parts; with splits > 1 each part's sum goes to
- * part[s][cout][L] and ck_reduce adds them in order s = 0, 1, ... and runs the epilogue. */
+ * part[q][s][cout][L] and ck_reduce adds them in order s = 0, 1, ... and runs the epilogue. */
 struct ck_conv {
-    const float *w;     /* [cin][K][cout]: the tile loads read consecutive outputs (coalesced) */
+    const float *w;     /* per phase [cin][K][cout]: the tile loads read consecutive outputs (coalesced) */
+    int phases;
+    int64_t phase_len;
+    const float *in_alpha, *in_inv; /* a Snake applied to every input value as it is staged, or NULL */
     const float *hist;  /* [cin][H] or NULL (H 0) */
     const float *x;     /* [cin][L] */
     int cin, cout, K, dil, H;
@@ -40,8 +44,9 @@ struct ck_conv {
 };
 
 cudaError_t ck_conv_launch(const ck_conv *p, cudaStream_t s);
-/* Sums of the splits in order, then the epilogue: y from part [splits][cout][L] */
-cudaError_t ck_reduce_launch(const float *part, int splits, int cout, int64_t L, const ck_epi *e, cudaStream_t s);
+/* Sums of the splits in order, then the epilogue: y from part [phases][splits][cout][L] */
+cudaError_t ck_reduce_launch(const float *part, int splits, int phases, int cout, int64_t L, const ck_epi *e,
+                             cudaStream_t s);
 /* keep[i][j] = column L + j of the conv input (hist + x), j < H: the history of the next call
  * (keep is the other buffer of the stream's pair, never hist itself) */
 cudaError_t ck_hist_next(const float *hist, const float *x, int cin, int H, int64_t L, float *keep, cudaStream_t s);
@@ -68,6 +73,7 @@ cudaError_t ck_kv_store(const float *qkv, int Dq, int64_t L, float *rk, float *r
                         cudaStream_t s);
 /* windowed causal attention: query t (absolute pos0 + t) sees positions max(0, p - W + 1) .. p of
  * the ring; q = rows [0, Dq) of qkv [3Dq][L]; out [Dq][L] */
+size_t ck_attend_smem(int W, int hd); /* shared bytes of ck_attend: at most 48 KiB */
 cudaError_t ck_attend(const float *qkv, const float *rk, const float *rv, int cap, int H, int hd, int W, int64_t L,
                       int64_t pos0, float *out, cudaStream_t s);
 
