@@ -28,7 +28,7 @@ done
 # the frame step's kernels
 for k in rms_norm embed tower_input guidance attn_prep attention expf_det gdn_conv gdn_recur swiglu_matmul \
          sample sample_frame moe.bf16 moe.fp8_block moe.fp8_tensor moe.nvfp4 moe.affine4 moe.affine8 moe.fused_fp8 \
-         moe.pruned_nvfp4; do
+         moe.pruned_nvfp4 codec.conv1d codec.conv_fused codec.conv_tanh; do
     grep -Eq "^PASS $k +cuda " "$out" || { echo "FAIL: cuda $k missing"; exit 1; }
 done
 grep -q "discr=NO" "$out" && { echo "FAIL: a fixture does not discriminate"; exit 1; }
