@@ -6,7 +6,8 @@
 # format on the avx2 and avx512 loops (DRAMA_CPU_PATH) at 1, 2, 16 threads, GB/s and % of the
 # read bandwidth measured in the same run (issue 17: >= 80%); `drama bench decode --layers L` with
 # q4 experts at 1, 2, 16 and the default threads, q4 at 16 threads on the AVX2 loops, fp8 at 16;
-# `drama bench codec` at 16 and 1 threads when the binary has it. Each command has a timeout; the
+# `drama bench codec` at 16, 8 and 1 threads and the AVX2 path at 16, with the whole decode by stage
+# (issue 17: why 16 cores scale poorly), when the binary has it. Each command has a timeout; the
 # whole run takes about 3-4 minutes on the 16-core Xeon. Logs in $OUT (default ./device-out):
 # cpu.txt (lscpu, commit), bench_*.txt; a summary on stdout.
 # Usage, from the repository root: bench/device_cpu.sh [DIR] [LAYERS (default 4)]
@@ -52,14 +53,22 @@ run_decode q4 16 _avx2 DRAMA_CPU_PATH=avx2
 run_decode fp8 16 ""
 
 if /tmp/drama-dev bench --help 2>&1 | grep -q '^  codec '; then
-    f="$O/bench_codec_t16.txt"
-    timeout 90 /tmp/drama-dev bench codec --frames 32 --threads 16 >"$f" 2>&1
-    echo "rc=$?" >>"$f"
-    echo "codec threads=16: $(tail -n 2 "$f" | tr '\n' ' ')"
-    f="$O/bench_codec_t1.txt"
-    timeout 60 /tmp/drama-dev bench codec --frames 16 --threads 1 --no-encode >"$f" 2>&1
-    echo "rc=$?" >>"$f"
-    echo "codec threads=1: $(tail -n 2 "$f" | tr '\n' ' ')"
+    # issue 17: scaling (1, 8, 16 threads), the AVX2 path at 16, and where the time goes by stage
+    run_codec() { # threads frames tag extra-args [env]
+        f="$O/bench_codec_t$1$3.txt"
+        env ${5:-} timeout 60 /tmp/drama-dev bench codec --threads "$1" --frames "$2" $4 >"$f" 2>&1
+        echo "rc=$?" >>"$f"
+        echo "codec threads=$1 frames=$2 $3: $(grep -E '^  clock ' "$f")"
+        grep -E '^  (peak|mode|decode whole|decode stream|encode)( |,)' "$f"
+        grep -E '^rc=|^ratio_to_floor' "$f" | tr '\n' ' '
+        echo
+    }
+    run_codec 16 32 "" ""
+    grep -E '^    ' "$O/bench_codec_t16.txt"   # the whole decode by stage at 16 threads
+    run_codec 8 32 "" "--no-encode"
+    run_codec 16 32 _avx2 "--no-encode" DRAMA_CODEC_ISA=avx2
+    run_codec 1 16 "" "--no-encode"
+    grep -E '^    ' "$O/bench_codec_t1.txt"    # ... and at 1 thread: the stages that do not scale
 else
     echo "codec: this drama has no 'bench codec' (not landed when it was built)"
 fi
