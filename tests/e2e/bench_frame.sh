@@ -19,6 +19,8 @@ done
 # blocks (one per matrix): 8 * 4 * 3 * (4096 + 4) bytes = 0.394 MB
 [ "$(val bytes_experts)" = "0.394" ] || { echo "FAIL: bytes_experts"; cat "$T/out"; exit 1; }
 grep -q "^bench frame: cpu backend" "$T/out" || { echo "FAIL: header"; cat "$T/out"; exit 1; }
+# no codec in the directory (--codec none): the first chunk's decode says why it did not run
+grep -q "^codec_first_chunk: not run (" "$T/out" || { echo "FAIL: codec_first_chunk line"; cat "$T/out"; exit 1; }
 expect_usage() { # expect status $1 and the message naming the flag
     local rc_want=$1 want=$2; shift 2
     set +e; "$DRAMA_BIN" bench frame "$@" >/dev/null 2>"$T/err"; local rc=$?; set -e
