@@ -55,6 +55,8 @@ typedef struct dr_cpu_vec_fns {
     /* n = 1, rows [r, r + nr), nr <= DR_CPU_FUSED_ROWS, interleaved so each weight load and FMA
      * chain overlaps the others: 1 when all were written, 0 when none (then row by row). NULL: none */
     int (*fused_rows)(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
+    /* xp has room for cols rounded up to 16, then DR_CPU_XORDER_EXTRA floats the path may fill
+     * with per-product tables its fused loops read (after x, in the same buffer) */
     int (*order_x)(const dr_weight *w, const float *x, float *xp);
     void (*dot_rows)(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y, int64_t ldy);
 } dr_cpu_vec_fns;
@@ -74,7 +76,7 @@ DR_CPU_VEC_DECLARE(dr_cpu_avx512p1)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p4)
-enum { DR_CPU_FUSED_ROWS = 4 };
+enum { DR_CPU_FUSED_ROWS = 4, DR_CPU_XORDER_EXTRA = 128 * 16 };
 #define DR_CPU_VEC512_DECLARE(prefix) \
     int prefix##_fused_rows(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512)

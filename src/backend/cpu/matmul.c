@@ -234,13 +234,14 @@ void dr_cpu_matmul_block(const dr_weight *w, int64_t r0, int64_t r1, const float
     size_t bytes;
     if (r0 < 0 || r1 > w->rows || w->cols <= 0 ||
         !dr_mul_size((size_t)threads * (size_t)j.scratch_rows * 4 + 4, (size_t)j.ld_scratch, &bytes) ||
-        !(j.scratch = dr_alloc(bytes))) {
+        !(j.scratch = dr_alloc(bytes + 4 * (size_t)DR_CPU_XORDER_EXTRA))) {
         dr_log(DR_LOG_ERROR, "matmul %s: bad row range [%lld, %lld) or out of memory; output set to NaN",
                w->name ? w->name : "weight", (long long)r0, (long long)r1);
         for (int64_t i = 0; i < n * (r1 - r0); i++) y[i] = NAN;
         return;
     }
-    /* the last row of scratch (4 bytes per element of the +4 above) holds the reordered x */
+    /* the last row of scratch (4 bytes per element of the +4 above) holds the reordered x, then
+     * DR_CPU_XORDER_EXTRA floats of the path's per-product tables */
     float *xo = j.scratch + (size_t)threads * (size_t)j.scratch_rows * (size_t)j.ld_scratch;
     j.x_fused = n == 1 && j.vec && j.vec->order_x(w, x, xo) ? xo : x;
     dr_pool_run_work(pool, (j.nrows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j,

@@ -35,7 +35,6 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #define NR DR_CPU_FUSED_ROWS
 #define FOR_ROWS _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++)
 
-enum { SPAN = 2048 }; /* columns whose per-block scales are decoded at once (NVFP4) */
 
 /* the canonical reduction of sums a = s[0..15], b = s[16..31] (kernels.h) */
 INL float hsum_canonical(__m512 a, __m512 b) {
@@ -57,6 +56,19 @@ INL float hsum_pairs(__m512 ev, __m512 od) {
     return hsum_canonical(_mm512_permutex2var_ps(ev, lo, od), _mm512_permutex2var_ps(ev, hi, od));
 }
 
+/* NVFP4: every block's table t[c] = (e2m1(c) * s) * g depends only on the scale code (7 bits; the
+ * sign bit is ignored) and the product's global scale g, so the 128 tables are built once per
+ * product (after x in the order_x buffer, DR_CPU_XORDER_EXTRA floats) with the reference's two
+ * products; the loop then loads its block's 16 entries instead of widening a scale and
+ * multiplying twice per block and row. Scale code 0x7F gives NaN entries, as the reference. */
+TGT static void nvfp4_products(float g, float *tables) {
+    const float mags[16] = {0.0f,  0.5f,  PLANT == 3 ? 1.5f : 1.0f,  PLANT == 3 ? 1.0f : 1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                            -0.0f, -0.5f, PLANT == 3 ? -1.5f : -1.0f, PLANT == 3 ? -1.0f : -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    const __m512 e2m1 = _mm512_loadu_ps(mags), vg = _mm512_set1_ps(g);
+    for (int c = 0; c < 128; c++)
+        _mm512_storeu_ps(tables + 16 * c, _mm512_mul_ps(_mm512_mul_ps(e2m1, _mm512_set1_ps(dr_ue4m3_to_f32((uint8_t)c))), vg));
+}
+
 TGT int AVX512_NAME(order_x)(const dr_weight *w, const float *x, float *xp) {
     if (!(w->fmt == DR_WF_NVFP4 || (w->fmt == DR_WF_AFFINE && w->bits == 4))) return 0;
     int64_t body = w->cols & ~(int64_t)31;
@@ -68,6 +80,7 @@ TGT int AVX512_NAME(order_x)(const dr_weight *w, const float *x, float *xp) {
         _mm512_storeu_ps(xp + k + 16, _mm512_permutex2var_ps(a, od, b));
     }
     for (int64_t k = body; k < w->cols; k++) xp[k] = x[k];
+    if (w->fmt == DR_WF_NVFP4) nvfp4_products(w->global_scale, xp + ((w->cols + 15) & ~(int64_t)15));
     return 1;
 }
 
@@ -211,51 +224,29 @@ INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *
 
 /* ---- NVFP4: per block of 16 a table t[c] = (e2m1(c) * s) * g, the reference's products ---- */
 
-/* n UE4M3 block scales to fp32: the 7 code bits placed into the fp32
- * exponent/mantissa field times 2^120, exact for normals and subnormals (as the AVX2 FP8 path;
- * a process with denormals-are-zero set would lose the subnormal codes); 0x7F is NaN as in the
- * table. Vector instead of a table load per block: the scalar loop was ~30% of the NVFP4 loop. */
-TGT static void ue4m3_scales(const uint8_t *codes, int64_t n, float *out) {
-    const __m512i m7f = _mm512_set1_epi32(0x7F);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512i em = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(codes + j))), m7f);
-        __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(em, 20)), _mm512_set1_ps(0x1p120f));
-        _mm512_storeu_ps(out + j, _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(em, m7f), v, _mm512_set1_ps(NAN)));
-    }
-    for (; j < n; j++) out[j] = dr_ue4m3_to_f32(codes[j]);
-}
-
 INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp, float *y) {
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
-    const float mags[16] = {0.0f,  0.5f,  PLANT == 3 ? 1.5f : 1.0f,  PLANT == 3 ? 1.0f : 1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                            -0.0f, -0.5f, PLANT == 3 ? -1.5f : -1.0f, PLANT == 3 ? -1.0f : -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-    const __m512 e2m1 = _mm512_loadu_ps(mags), vg = _mm512_set1_ps(w->global_scale);
+    const float *tables = xp + ((cols + 15) & ~(int64_t)15); /* nvfp4_products, built by order_x */
     /* lanes 8..15 hold the second block's bytes: index bit 4 picks its table */
     const __m512i second = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
     const __m512i low4 = _mm512_set1_epi32(0xF);
     const uint8_t *row[NR], *srow[NR];
     __m512 a[NR], b[NR];
-    float sv[NR][SPAN / 16];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
         srow[i] = w->scales + (size_t)(r + i) * (size_t)w->scale_cols;
         a[i] = b[i] = _mm512_setzero_ps();
     }
-    for (int64_t c0 = 0; c0 < body; c0 += SPAN) {
-        int64_t span = body - c0 < SPAN ? body - c0 : SPAN;
-        FOR_ROWS ue4m3_scales(srow[i] + c0 / 16, span / 16, sv[i]);
-        for (int64_t k = 0; k < span; k += 32) {
-            __m512 x0 = _mm512_loadu_ps(xp + c0 + k), x1 = _mm512_loadu_ps(xp + c0 + k + 16);
-            FOR_ROWS {
-                __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(e2m1, _mm512_set1_ps(sv[i][k / 16])), vg);
-                __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(e2m1, _mm512_set1_ps(sv[i][k / 16 + 1])), vg);
-                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(row[i] + (c0 + k) / 2)));
-                __m512i lo = _mm512_ternarylogic_epi32(v, low4, second, 0xEA); /* (v & 15) | second */
-                __m512i hi = _mm512_or_si512(_mm512_srli_epi32(v, 4), second);
-                a[i] = _mm512_fmadd_ps(x0, _mm512_permutex2var_ps(t0, lo, t1), a[i]);
-                b[i] = _mm512_fmadd_ps(x1, _mm512_permutex2var_ps(t0, hi, t1), b[i]);
-            }
+    for (int64_t k = 0; k < body; k += 32) {
+        __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
+        FOR_ROWS {
+            __m512 t0 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16] & 0x7F));
+            __m512 t1 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16 + 1] & 0x7F));
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(row[i] + k / 2)));
+            __m512i lo = _mm512_ternarylogic_epi32(v, low4, second, 0xEA); /* (v & 15) | second */
+            __m512i hi = _mm512_or_si512(_mm512_srli_epi32(v, 4), second);
+            a[i] = _mm512_fmadd_ps(x0, _mm512_permutex2var_ps(t0, lo, t1), a[i]);
+            b[i] = _mm512_fmadd_ps(x1, _mm512_permutex2var_ps(t0, hi, t1), b[i]);
         }
     }
     FOR_ROWS {
