@@ -93,6 +93,63 @@ T2 INL __m256 snake256(__m256 v, __m256 alpha, __m256 inv, int plant) {
     return _mm256_fmadd_ps(inv, sq, v);
 }
 
+/* ---- short remainders (both instruction sets): across outputs ----
+ * Fewer than 8 steps left: a vector holds the 8 outputs of block ob at one step (the packed
+ * weights' own layout), one accumulator per step, each output the same FMA chain as in the
+ * time-vectorised blocks; the epilogue runs the same lane-wise operations (bias, snake256 equals
+ * snake512 lane for lane, residual), so a value does not depend on the path that computed it.
+ * Streaming one frame per call and the transformer's few positions land here. */
+#define R7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+T2 INL void across256(const cd_conv_job *j, int ob, int64_t t, const int N) {
+    int cin = j->cin, K = j->k, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+    const float *wb = j->w + (int64_t)ob * cin * K * 8;
+#define DECL(e) __m256 a##e = _mm256_setzero_ps();
+    R7(DECL)
+#undef DECL
+    for (int i = 0; i < cin; i++) {
+        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *wr = wb + (int64_t)i * K * 8;
+        int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
+        for (int k = 0; k < kend; k++) {
+            const float *xk = xr + j->toff[k];
+            __m256 wv = _mm256_loadu_ps(wr + (int64_t)k * 8);
+#define FMA(e) if (e < N) a##e = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + e), a##e);
+            R7(FMA)
+#undef FMA
+        }
+    }
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(no), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 bias = j->b ? _mm256_maskload_ps(j->b + o0, m) : _mm256_setzero_ps(), alpha = bias, inv = bias;
+    if (j->snake) alpha = _mm256_maskload_ps(j->snake->alpha + o0, m), inv = _mm256_maskload_ps(j->snake->inv + o0, m);
+    float l[8], r[8] = {0};
+#define PUT(e)                                                                                   \
+    if (e < N) {                                                                                 \
+        __m256 v = _mm256_add_ps(a##e, bias);                                                    \
+        if (j->snake) v = snake256(v, alpha, inv, j->snake->plant);                              \
+        if (j->res) {                                                                            \
+            for (int q = 0; q < no; q++) r[q] = j->res[(int64_t)(o0 + q) * j->ldy + j->yoff + t + e]; \
+            v = _mm256_add_ps(_mm256_loadu_ps(r), v);                                            \
+        }                                                                                        \
+        _mm256_storeu_ps(l, v);                                                                  \
+        for (int q = 0; q < no; q++) j->y[(int64_t)(o0 + q) * j->ldy + j->yoff + (t + e) * j->ystep] = l[q]; \
+    }
+    R7(PUT)
+#undef PUT
+}
+
+T2 INL void across_tail(const cd_conv_job *j, int ob, int64_t t, int64_t n) {
+    switch (n) {
+    case 1: across256(j, ob, t, 1); break;
+    case 2: across256(j, ob, t, 2); break;
+    case 3: across256(j, ob, t, 3); break;
+    case 4: across256(j, ob, t, 4); break;
+    case 5: across256(j, ob, t, 5); break;
+    case 6: across256(j, ob, t, 6); break;
+    case 7: across256(j, ob, t, 7); break;
+    default: break;
+    }
+}
+
 /* ---- AVX-512 ---- */
 
 T5 INL __mmask16 mask16(int64_t rem) { return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0; }
@@ -159,7 +216,8 @@ T5 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt
     int64_t rem = nt - t;
     if (rem > 32) block512(j, ob, t0 + t, rem, 3);
     else if (rem > 16) block512(j, ob, t0 + t, rem, 2);
-    else if (rem > 0) block512(j, ob, t0 + t, rem, 1);
+    else if (rem >= 8) block512(j, ob, t0 + t, rem, 1);
+    else if (rem > 0) across_tail(j, ob, t0 + t, rem);
 }
 
 T5 void cd_snake_row_avx512(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
@@ -233,14 +291,14 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
 }
 
 T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+    int64_t full = nt / 24 * 24, rem = nt - full;
     for (int h = 0; h < 8 && ob * 8 + h < j->cout; h += 4) {
-        int64_t t = 0;
-        for (; t + 24 <= nt; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1);
-        int64_t rem = nt - t;
-        if (rem > 16) block256(j, ob, h, t0 + t, rem, 3, 0);
-        else if (rem > 8) block256(j, ob, h, t0 + t, rem, 2, 0);
-        else if (rem > 0) block256(j, ob, h, t0 + t, rem, 1, 0);
+        for (int64_t t = 0; t < full; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1);
+        if (rem > 16) block256(j, ob, h, t0 + full, rem, 3, 0);
+        else if (rem > 8) block256(j, ob, h, t0 + full, rem, 2, 0);
+        else if (rem == 8) block256(j, ob, h, t0 + full, rem, 1, 0);
     }
+    if (rem > 0 && rem < 8) across_tail(j, ob, t0 + full, rem); /* all 8 outputs at once */
 }
 
 T2 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
