@@ -7,9 +7,9 @@
 # 2. `systemd-analyze security --offline --threshold` (systemd's exposure score of the hardening):
 #    the unit must score at most 2.5; a copy with the hardening block removed must score above it.
 # 3. TimeoutStopSec stays above --drain-timeout (a stop must not SIGKILL a draining replica).
-# 4. ExecStart with the unit's specifiers (%i=0, %H, %S, %C) and the example env files
+# 4. ExecStart with the unit's specifiers (%i=0, %l, %S, %C) and the example env files
 #    (deploy/drama.env, deploy/drama@0.env; model = the tiny golden model, port 0) as systemd
-#    expands them: /health 200, X-Served-By = %H-gpu0, drama_replica_info device 0, a voice
+#    expands them: /health 200, X-Served-By = %l-gpu0, drama_replica_info device 0, a voice
 #    written under %S/drama/voices, SIGTERM drains and exits 0 (Restart=on-failure then stays off).
 set -eu
 . "$(dirname "$0")/serve_lib.bash"
@@ -78,9 +78,9 @@ line=$(sed -n 's/^ExecStart=//p' "$UNIT_SRC")
 case "$line" in *\"* | *\'* | *\\*) fail "ExecStart has quotes or escapes this test does not expand: $line" ;; esac
 grep -q '^DRAMA_PORT=[0-9]\{2,5\}$' "$DRAMA_SRC/deploy/drama@0.env" || fail "deploy/drama@0.env: no DRAMA_PORT=N"
 mkdir -p "$WORK/state" "$WORK/cachedir"
-HOST=$(hostname)
+HOST=$(hostname -s)
 line=${line//%i/0}
-line=${line//%H/$HOST}
+line=${line//%l/$HOST}
 line=${line//%S/$WORK/state}
 line=${line//%C/$WORK/cachedir}
 case "$line" in *%*) fail "ExecStart has a specifier this test does not expand: $line" ;; esac

@@ -53,7 +53,7 @@ echo "health \$c"
 curl -s -D /tmp/t.h -o /tmp/t.wav -H 'Content-Type: application/json' \\
     --data-binary '{"text": "Under systemd.", "frames": 5, "seed": 3, "format": "wav"}' \$B/v1/tts
 echo "tts \$(head -1 /tmp/t.h | tr -d '\r') bytes \$(stat -c %s /tmp/t.wav)"
-echo "served-by \$(grep -i '^x-served-by:' /tmp/t.h | cut -d' ' -f2 | tr -d '\r') host \$(cat /proc/sys/kernel/hostname)"
+echo "served-by \$(grep -i '^x-served-by:' /tmp/t.h | cut -d' ' -f2 | tr -d '\r') host \$(cut -d. -f1 /proc/sys/kernel/hostname)"
 printf '{"id": "unitvoice", "text": "A clip.", "audio": "%s"}' "\$(base64 -w0 /root/clip.wav)" >/tmp/v.json
 echo "voice \$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @/tmp/v.json \$B/v1/voices)"
 [ -f /var/lib/drama/voices/unitvoice/meta.json ] && echo "voice stored \$(stat -c %U /var/lib/drama/voices/unitvoice/meta.json)"
@@ -87,7 +87,7 @@ want "start ok"
 want "health 200"
 want "tts HTTP/1.1 200 OK bytes $((44 + 2 * 5 * SPF))"
 sb=$(awk '$1 == "served-by" {print $2, $4}' "$L")
-[ -n "${sb% *}" ] && [ "${sb% *}" = "${sb#* }-gpu0" ] || fail "X-Served-By and hostname under systemd: '$sb' (want %H-gpu0)"
+[ -n "${sb% *}" ] && [ "${sb% *}" = "${sb#* }-gpu0" ] || fail "X-Served-By and hostname under systemd: '$sb' (want %l-gpu0)"
 want "voice 201"
 want "voice stored drama"
 uid=$(awk '$1 == "uid" {print $2}' "$L"); duid=$(awk '$1 == "uid" {print $4}' "$L")
