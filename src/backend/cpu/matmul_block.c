@@ -20,6 +20,9 @@
  * loop (seen by any product with 3 or more weight rows and 32 or more columns) */
 #define WROW(c, C) (PLANT && (c) == (C) - 1 ? (c) - 1 : (c))
 
+/* one load per activation vector, reused from a register by the tile's FMAs (the compiler would
+ * otherwise fold a load into every FMA: C loads instead of one) */
+#define KEEP(v) __asm__("" : "+v"(v))
 /* every tile loop fully unrolled, so the accumulators live in registers */
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -61,9 +64,11 @@ T512 static void tile512(const float *const *xr, const float *const *wr, int64_t
         UNROLL
         for (int r = 0; r < R512; r++) {
             __m512 x0 = _mm512_loadu_ps(xr[r] + k);
+            KEEP(x0);
             UNROLL
             for (int c = 0; c < C512; c++) acc[r][c][0] = _mm512_fmadd_ps(x0, w0[c], acc[r][c][0]);
             __m512 x1 = _mm512_loadu_ps(xr[r] + k + 16);
+            KEEP(x1);
             UNROLL
             for (int c = 0; c < C512; c++) acc[r][c][1] = _mm512_fmadd_ps(x1, w1[c], acc[r][c][1]);
         }
@@ -113,6 +118,7 @@ T256 static void tile256(const float *const *xr, const float *const *wr, int64_t
                 UNROLL
                 for (int r = 0; r < R256; r++) {
                     __m256 xv = _mm256_loadu_ps(xr[r] + k);
+                    KEEP(xv);
                     UNROLL
                     for (int c = 0; c < C256; c++) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
                 }
