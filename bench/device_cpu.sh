@@ -1,7 +1,7 @@
 #!/bin/bash
 # device_cpu.sh - the CPU figures of issue 17 on the GPU machine's host CPU (16 cores), from a
 # `drama` built here and carried there (src/backend/cuda/device_carry.sh BUILD_DIR DIR makes DIR;
-# also copy BUILD_DIR/bench/bench_matmul into DIR for the per-format matmul rows).
+# also copy BUILD_DIR/bench/bench_matmul and bench_prefill into DIR for the matmul and prefill rows).
 # Runs: the read bandwidth at 1, 2, 16 threads; bench_matmul n = 1 [2048,2048] for every stored
 # format on the avx2 and avx512 loops (DRAMA_CPU_PATH) at 1, 2, 16 threads, GB/s and % of the
 # read bandwidth measured in the same run (issue 17: >= 80%); `drama bench decode --layers L` with
@@ -9,7 +9,9 @@
 # `drama bench codec` at 16, 8 and 1 threads and the AVX2 path at 16, with the whole decode by stage
 # (issue 17: why 16 cores scale poorly), when the binary has it. Each command has a timeout (the
 # matmul + decode part took about 4.5 minutes on the loaded 2-core dev VM, 16-thread rows included;
-# the decode builds dominate). Logs in $OUT (default ./device-out):
+# the decode builds dominate); prefill (issue 17): bench_prefill at 16 threads (n > 1 block kernels vs
+# the old tiles, DeltaNet chunked vs row by row) and `drama bench decode --prefill 256` row by row and
+# chunked, about 1 minute more. Logs in $OUT (default ./device-out):
 # cpu.txt (lscpu, commit), bench_*.txt; a summary on stdout.
 # Usage, from the repository root: bench/device_cpu.sh [DIR] [LAYERS (default 4)]
 set -u
@@ -52,6 +54,26 @@ run_decode() { # fmt threads tag [env]
 for t in 1 2 16; do run_decode q4 "$t" ""; done
 run_decode q4 16 _avx2 DRAMA_CPU_PATH=avx2
 run_decode fp8 16 ""
+
+if [ -x "$D/bench_prefill" ]; then
+    printf '#!/bin/sh\nexec %s "%s/bench_prefill" "$@"\n' "${PREFIX[*]:-}" "$D" >/tmp/bench-prefill-dev
+    chmod +x /tmp/bench-prefill-dev
+    f="$O/bench_prefill_t16.txt"
+    timeout 90 /tmp/bench-prefill-dev --threads 16 --reps 3 >"$f" 2>&1
+    echo "rc=$?" >>"$f"
+    echo "prefill products threads=16: $(awk '/^gemm/ { printf "%s %s:", $2, $4 } $1 ~ /^(dot_rows_tiles|block_avx2|block_avx512)$/ { printf " %s %s", $1, $2 }
+        $1 == "chunked_speedup" { printf " deltanet chunked x%s", $2 } /^rc=/ { print " " $1 }' "$f" | tr -d '\n')"
+    echo
+else
+    echo "prefill: no bench_prefill in $D (cp BUILD_DIR/bench/bench_prefill $D/)"
+fi
+for c in "" --deltanet-chunked; do
+    f="$O/bench_prefill_decode_t16${c:+_chunked}.txt"
+    timeout 120 /tmp/drama-dev bench decode --layers "$L" --experts q4 --threads 16 --steps 2 --context 1 --prefill 256 $c >"$f" 2>&1
+    echo "rc=$?" >>"$f"
+    echo "prefill 256 rows layers=$L q4 threads=16 ${c:-row-by-row}: $(awk '$1 == "prefill_rows_per_s" { print $2, "rows/s" }
+        /^rc=/ { print $1 }' "$f" | tr '\n' ' ')"
+done
 
 if /tmp/drama-dev bench --help 2>&1 | grep -q '^  codec '; then
     # issue 17: scaling (1, 8, 16 threads), the AVX2 path at 16, and where the time goes by stage

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/cli_args.h"
@@ -33,8 +34,9 @@
 #include "tools/make_model_quant.h"
 
 typedef struct dec_opts {
-    long long layers, lanes, threads, steps, context;
+    long long layers, lanes, threads, steps, context, prefill;
     double max_gib;
+    int chunked; /* --deltanet-chunked: switch deltanet.prefill=chunked for the prefill */
     dr_mm_format fmt;
 } dec_opts;
 
@@ -312,13 +314,15 @@ static drama_status build(dec_model *m, builder *b, const dr_mm_options *o, doub
 
 static int usage(FILE *f) {
     fprintf(f, "usage: drama bench decode [--layers N] [--experts q4|fp8|nvfp4|bf16] [--lanes B] [--threads T]\n"
-               "                          [--steps S] [--context C] [--max-gib G]\n"
+               "                          [--steps S] [--context C] [--max-gib G] [--prefill P [--deltanet-chunked]]\n"
                "  The backbone decode step at full width (make-model --shape full dimensions, N layers,\n"
                "  default 40) built in memory: ms per step, bytes read per step, the read bandwidth\n"
                "  measured in the same run, and last `ratio_to_floor X`.\n"
                "  --lanes B     sessions decoded together (default 1)   --threads T (default: physical cores)\n"
                "  --steps S     timed steps (default 8) after C prefill rows per lane (default 16)\n"
-               "  --max-gib G   memory for the model (default: half of MemAvailable); experts past it are pruned\n");
+               "  --max-gib G   memory for the model (default: half of MemAvailable); experts past it are pruned\n"
+               "  --prefill P   also time one P-row prefill of a fresh session (dr_backbone_forward): rows/s\n"
+               "  --deltanet-chunked  that prefill with deltanet.prefill=chunked (default: row by row)\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -331,12 +335,15 @@ static int parse(int argc, char **argv, dec_opts *o) {
                          : !strcmp(a, "--threads") ? &o->threads
                          : !strcmp(a, "--steps")   ? &o->steps
                          : !strcmp(a, "--context") ? &o->context
+                         : !strcmp(a, "--prefill") ? &o->prefill
                                                    : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout) == 0 ? 1 : 2;
         if (dst) {
-            long long lo = dst == &o->threads || dst == &o->context ? 0 : 1;
+            long long lo = dst == &o->threads || dst == &o->context || dst == &o->prefill ? 0 : 1;
             if (!dr_cli_int(cmd, a, v, lo, dst == &o->layers ? 1024 : dst == &o->threads ? 4096 : 1 << 16, dst)) return 2;
             i++;
+        } else if (!strcmp(a, "--deltanet-chunked")) {
+            o->chunked = 1;
         } else if (!strcmp(a, "--max-gib")) {
             if (!dr_cli_num(cmd, a, v, 0, 1 << 20, 1, &o->max_gib)) return 2;
             i++;
@@ -373,6 +380,51 @@ static void make_rows(const dr_backbone *bb, int lanes, int64_t p, uint64_t *rng
             r[0] = (int32_t)(bb->sem_start + r[1]);
         }
     }
+}
+
+/* One P-row prefill of a fresh session, best of 2 (the first also warms the pages). */
+static int prefill_line(dr_backbone *bb, const dec_opts *o, dr_pool *pool) {
+    int width = dr_backbone_row_width(bb);
+    int64_t P = o->prefill;
+    int32_t *rows = malloc((size_t)(P * width) * sizeof *rows);
+    float *hidden = malloc((size_t)(P * bb->d.H) * sizeof *hidden);
+    dr_bb_state *st = NULL;
+    drama_error e = {0};
+    uint64_t rng = 777;
+    int rc = 1;
+    if (!rows || !hidden || dr_bb_state_create(bb, P + 1, &st, &e)) {
+        fprintf(stderr, "drama bench decode: --prefill: %s\n", e.code ? e.message : "out of memory");
+        goto out;
+    }
+    for (int64_t p = 0; p < P; p++) make_rows(bb, 1, p, &rng, rows + p * width);
+    bb->d.gdn_recurrent = !o->chunked;
+    double best = 1e30, best_cpu = 1e30;
+    for (int r = 0; r < 2; r++) {
+        dr_bb_state_reset(st);
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        double t0 = dr_bench_now();
+        if (dr_backbone_forward(bb, st, rows, P, hidden, NULL, NULL, pool, &e)) {
+            fprintf(stderr, "drama bench decode: --prefill: %s\n", e.message);
+            goto out;
+        }
+        double t = dr_bench_now() - t0;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double c = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+        if (t < best) best = t;
+        if (c < best_cpu) best_cpu = c;
+    }
+    bb->d.gdn_recurrent = 1;
+    printf("  prefill of %lld rows, deltanet.prefill=%s\n", (long long)P, o->chunked ? "chunked" : "recurrent");
+    dr_bench_line("prefill_rows_per_s", (double)P / best, 1, "rows/s");
+    dr_bench_line("prefill_best", best * 1e3, 1, "ms");
+    dr_bench_line("prefill_cpu_best", best_cpu * 1e3, 1, "ms (process CPU time, all threads; spin included)");
+    rc = 0;
+out:
+    dr_bb_state_free(st);
+    free(rows);
+    free(hidden);
+    return rc;
 }
 
 int dr_bench_decode_main(int argc, char **argv) {
@@ -462,6 +514,7 @@ int dr_bench_decode_main(int argc, char **argv) {
     dr_bench_line("step_best", best * 1e3, 3, "ms");
     dr_bench_line("step_mean", mean * 1e3, 3, "ms/step");
     dr_bench_line("per_lane", mean * 1e3 / lanes, 3, "ms/frame");
+    if (opt.prefill > 0 && prefill_line(&m.bb, &opt, pool)) goto done;
     dr_bench_roofline(mean, bytes, gbs, "GB/s (read, same run, same threads)");
     rc = 0;
 done:
