@@ -36,8 +36,10 @@ needed=$(readelf -d "$DRAMA_BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 [ "$(echo "$needed" | grep -c .)" -ge 5 ] || fail "readelf found only: $needed"
 missing=""
 for lib in $needed; do
-    # glibc is in every base image; the sanitizer runtimes only in `make test-asan`'s build
+    # glibc is in every base image; libstdc++/libgcc_s too (apt depends on them; a CUDA-enabled
+    # build links them); the sanitizer runtimes only in `make test-asan`'s build
     case $lib in libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux* | lib[alt]san.so.* | libubsan.so.*) continue ;; esac
+    case $lib in libstdc++.so.* | libgcc_s.so.*) continue ;; esac
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64|x86_64|AArch64|aarch64/ {print $NF; exit}')
     [ -n "$path" ] || fail "$lib: not in ldconfig's cache"
     # by file name: with a merged /usr, dpkg may know the file under /lib or /usr/lib
