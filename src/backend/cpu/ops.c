@@ -87,23 +87,55 @@ void dr_op_attend(const float *q, const float *k_cache, const float *v_cache, in
 void dr_op_attend_f64(const float *q, const float *k_cache, const float *v_cache, int64_t n_pos, int64_t stride,
                       int hd, double scale, float *scratch, float *out) {
     double mx = -INFINITY;
-    for (int64_t t = 0; t < n_pos; t++) {
+    int64_t t = 0;
+    /* four positions at once: four independent add chains (each dot keeps its own order) */
+    for (; t + 4 <= n_pos; t += 4) {
+        const float *k0 = k_cache + t * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+        double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (int i = 0; i < hd; i++) {
+            double qi = (double)q[i];
+            d0 += qi * k0[i];
+            d1 += qi * k1[i];
+            d2 += qi * k2[i];
+            d3 += qi * k3[i];
+        }
+        scratch[t] = (float)(d0 * scale);
+        scratch[t + 1] = (float)(d1 * scale);
+        scratch[t + 2] = (float)(d2 * scale);
+        scratch[t + 3] = (float)(d3 * scale);
+    }
+    for (; t < n_pos; t++) {
         const float *k = k_cache + t * stride;
         double dot = 0;
         for (int i = 0; i < hd; i++) dot += (double)q[i] * k[i];
         scratch[t] = (float)(dot * scale);
-        if (scratch[t] > mx) mx = scratch[t];
     }
+    for (t = 0; t < n_pos; t++)
+        if (scratch[t] > mx) mx = scratch[t];
     double z = 0;
-    for (int64_t t = 0; t < n_pos; t++) {
+    for (t = 0; t < n_pos; t++) {
         scratch[t] = (float)exp(scratch[t] - mx);
         z += scratch[t];
     }
-    for (int i = 0; i < hd; i++) {
-        double acc = 0;
-        for (int64_t t = 0; t < n_pos; t++) acc += (double)scratch[t] * v_cache[t * stride + i];
-        out[i] = (float)(acc / z);
+    enum { HD_MAX = 256 };
+    if (hd > HD_MAX) {
+        for (int i = 0; i < hd; i++) {
+            double acc = 0;
+            for (t = 0; t < n_pos; t++) acc += (double)scratch[t] * v_cache[t * stride + i];
+            out[i] = (float)(acc / z);
+        }
+        return;
     }
+    /* positions outer, so each value row is read once, contiguously; every acc[i] still adds its
+     * terms in position order, so the bits are those of the per-i loop above */
+    double acc[HD_MAX];
+    for (int i = 0; i < hd; i++) acc[i] = 0;
+    for (t = 0; t < n_pos; t++) {
+        const float *v = v_cache + t * stride;
+        double p = (double)scratch[t];
+        for (int i = 0; i < hd; i++) acc[i] += p * v[i];
+    }
+    for (int i = 0; i < hd; i++) out[i] = (float)(acc[i] / z);
 }
 
 void dr_op_conv_step(float *window, const float *u, const float *w, const float *bias, int K, int64_t C,
