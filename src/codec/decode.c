@@ -232,7 +232,7 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     }
     cd_snake_run(&c->dec_snake, a.x, a.len, pool);
     if ((rc = conv_step(&c->dec_out, hist, &a, pool, err))) goto done;
-    cd_tanh(a.x, out, a.len);
+    cd_tanh(a.x, out, a.len, pool);
     lap(s, DR_CODEC_N_STAGES - 1, &t0);
 done:
     dr_free(a.x);

@@ -175,10 +175,14 @@ int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
 void cd_snake_prepare(cd_snake *s, double eps); /* s->inv = 1 / (alpha + eps) in fp32 */
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
 void cd_snake_apply(const cd_snake *s, const float *x, float *y, int64_t L, dr_pool *pool); /* y = snake(x) */
+/* fn(ctx, i0, len) over [0, n) in blocks of `block` items on the pool; inline when the whole
+ * (work_per_item x n, pool.h's units) is small. Elementwise steps use it: no result depends on it. */
+void cd_par_blocks(dr_pool *pool, int64_t n, int64_t block, double work_per_item,
+                   void (*fn)(void *ctx, int64_t i0, int64_t len), void *ctx);
 /* ConvNeXt LayerNorm over the C channels of each time step of x [C][L], in place */
-void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps);
-void cd_tanh(const float *x, float *y, int64_t n); /* the decoder's last activation */
-void cd_gelu_erf(float *x, int64_t n); /* in place, 0.5 x (1 + erf(x / sqrt 2)): the ConvNeXt MLP */
+void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps, dr_pool *pool);
+void cd_tanh(const float *x, float *y, int64_t n, dr_pool *pool); /* the decoder's last activation */
+void cd_gelu_erf(float *x, int64_t n, dr_pool *pool); /* in place, 0.5 x (1 + erf(x / sqrt 2)): the ConvNeXt MLP */
 /* VQ (CODEC.md 3.8): x (dim values, stride apart) / max(||x||, 1e-12) -> out; returns ||out||^2 */
 #define CD_VQ_MAX_DIM 64
 float cd_unit_vector(const float *x, int64_t stride, int dim, float *out);
@@ -190,13 +194,14 @@ int cd_vq_nearest(const cd_vq *q, const float *e, int64_t stride);
 drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
 drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err);
 /* transformer pieces (transformer.c) */
-void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps); /* per time step */
-void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0);
+void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps,
+                   dr_pool *pool); /* per time step */
+void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0, dr_pool *pool);
 /* q [L][H*hd]; k, v [n_prev + L][H*hd] (cached positions first) -> out [H*hd][L]; query t sees
  * keys max(0, n_prev + t - W + 1) .. n_prev + t */
 void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
                float *out, dr_pool *pool);
-void cd_swiglu(float *g, const float *u, int64_t n); /* g = silu(g) * u */
+void cd_swiglu(float *g, const float *u, int64_t n, dr_pool *pool); /* g = silu(g) * u */
 /* transformer (transformer.c): x [dim][L] -> y [dim][L] */
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,
                        drama_error *err);

@@ -353,10 +353,44 @@ drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_po
     return rc;
 }
 
-/* LayerNorm over channels per time step; sums run over channels in order for every t. */
-void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps) {
-    for (int64_t t0 = 0; t0 < L; t0 += TT) {
-        int64_t nt = L - t0 < TT ? L - t0 : TT;
+typedef struct par_job {
+    void (*fn)(void *ctx, int64_t i0, int64_t len);
+    void *ctx;
+    int64_t n, block;
+} par_job;
+
+static void par_task(void *ctx, int64_t i, int worker) {
+    (void)worker;
+    const par_job *j = ctx;
+    int64_t i0 = i * j->block, len = j->n - i0 < j->block ? j->n - i0 : j->block;
+    j->fn(j->ctx, i0, len);
+}
+
+void cd_par_blocks(dr_pool *pool, int64_t n, int64_t block, double work_per_item,
+                   void (*fn)(void *ctx, int64_t i0, int64_t len), void *ctx) {
+    if (n <= 0) return;
+    par_job j = {fn, ctx, n, block > 0 ? block : 1};
+    dr_pool_run_work(pool, (n + j.block - 1) / j.block, par_task, &j, work_per_item * (double)n);
+}
+
+typedef struct ln_job {
+    float *x;
+    int C;
+    int64_t L;
+    const float *w, *b;
+    double eps;
+} ln_job;
+
+/* steps t0 .. t0+len: the sums of a step run over its channels in order, whatever the block */
+static void ln_steps(void *ctx, int64_t t0_, int64_t len) {
+    const ln_job *j = ctx;
+    float *x = j->x;
+    int C = j->C;
+    int64_t L = j->L;
+    const float *w = j->w, *b = j->b;
+    double eps = j->eps;
+    for (int64_t t0 = t0_; t0 < t0_ + len; t0 += TT) {
+        int64_t nt = t0_ + len - t0 < TT ? t0_ + len - t0 : TT;
         float mean[TT], var[TT];
         for (int64_t t = 0; t < nt; t++) mean[t] = 0.0f, var[t] = 0.0f;
         for (int c = 0; c < C; c++)
@@ -376,6 +410,12 @@ void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b,
     }
 }
 
+/* LayerNorm over channels per time step; sums run over channels in order for every t. */
+void cd_layernorm_ct(float *x, int C, int64_t L, const float *w, const float *b, double eps, dr_pool *pool) {
+    ln_job j = {x, C, L, w, b, eps};
+    cd_par_blocks(pool, L, 8, 4.0 * C, ln_steps, &j);
+}
+
 drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err) {
     int C = b->dw.cout, H = b->pw1.cout;
     float *h = tmp(C, L), *m = tmp(H, L), *o = tmp(C, L);
@@ -383,11 +423,11 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
     if (!h || !m || !o) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (ConvNeXt block)");
     if (!rc) rc = cd_conv_run(&b->dw, cd_hist(hist, &b->dw), x, L, h, pool, err);
     if (!rc) {
-        cd_layernorm_ct(h, C, L, b->ln_w, b->ln_b, b->ln_eps);
+        cd_layernorm_ct(h, C, L, b->ln_w, b->ln_b, b->ln_eps, pool);
         rc = cd_conv_run(&b->pw1, NULL, h, L, m, pool, err);
     }
     if (!rc) {
-        cd_gelu_erf(m, (int64_t)H * L);
+        cd_gelu_erf(m, (int64_t)H * L, pool);
         rc = cd_conv_run(&b->pw2, NULL, m, L, o, pool, err);
     }
     if (!rc)
@@ -397,12 +437,26 @@ drama_status cd_convnext_run(const cd_convnext *b, float **hist, float *x, int64
     return rc;
 }
 
-void cd_gelu_erf(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+static void gelu_part(void *ctx, int64_t i0, int64_t len) {
+    float *x = (float *)ctx + i0;
+    for (int64_t i = 0; i < len; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
-void cd_tanh(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+void cd_gelu_erf(float *x, int64_t n, dr_pool *pool) { cd_par_blocks(pool, n, 4096, 16.0, gelu_part, x); }
+
+typedef struct map_job {
+    const float *x;
+    float *y;
+} map_job;
+
+static void tanh_part(void *ctx, int64_t i0, int64_t len) {
+    const map_job *j = ctx;
+    for (int64_t i = i0; i < i0 + len; i++) j->y[i] = tanhf(j->x[i]);
+}
+
+void cd_tanh(const float *x, float *y, int64_t n, dr_pool *pool) {
+    map_job j = {x, y};
+    cd_par_blocks(pool, n, 4096, 16.0, tanh_part, &j);
 }
 
 float cd_unit_vector(const float *x, int64_t stride, int dim, float *out) {

@@ -18,11 +18,26 @@ static float bf16_round(float x) {
     return x;
 }
 
-/* x [D][L] -> y = x / sqrt(mean(x^2) + eps) * w per time step (sum over channels in order). */
-void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps) {
+typedef struct rms_job {
+    const float *x;
+    float *y;
+    int D;
+    int64_t L;
+    const float *w;
+    double eps;
+} rms_job;
+
+/* steps t0 .. t0+len (the sum of a step runs over its channels in order, whatever the block) */
+static void rms_steps(void *ctx, int64_t ta, int64_t len) {
     enum { TB = 256 };
-    for (int64_t t0 = 0; t0 < L; t0 += TB) {
-        int64_t nt = L - t0 < TB ? L - t0 : TB;
+    const rms_job *j = ctx;
+    const float *x = j->x, *w = j->w;
+    float *y = j->y;
+    int D = j->D;
+    int64_t L = j->L;
+    double eps = j->eps;
+    for (int64_t t0 = ta; t0 < ta + len; t0 += TB) {
+        int64_t nt = ta + len - t0 < TB ? ta + len - t0 : TB;
         float ss[TB];
         for (int64_t t = 0; t < nt; t++) ss[t] = 0.0f;
         for (int c = 0; c < D; c++)
@@ -36,10 +51,27 @@ void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, d
     }
 }
 
-/* RoPE on rows [row0, row0 + n_head*hd) of qkv [rows][L], adjacent pairs, positions pos0 + t. */
-void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0) {
-    int hd = cf->head_dim;
-    for (int i = 0; i < hd / 2; i++) {
+/* x [D][L] -> y = x / sqrt(mean(x^2) + eps) * w per time step (sum over channels in order). */
+void cd_rmsnorm_ct(const float *x, float *y, int D, int64_t L, const float *w, double eps, dr_pool *pool) {
+    rms_job j = {x, y, D, L, w, eps};
+    cd_par_blocks(pool, L, 8, 3.0 * D, rms_steps, &j);
+}
+
+typedef struct rope_job {
+    float *qkv;
+    int row0;
+    const dr_codec_tf_config *cf;
+    int64_t L, pos0;
+} rope_job;
+
+/* rotation pairs i0 .. i0+len of every head (rows apart: no two pairs share a value) */
+static void rope_pairs(void *ctx, int64_t i0, int64_t len) {
+    const rope_job *j = ctx;
+    const dr_codec_tf_config *cf = j->cf;
+    float *qkv = j->qkv;
+    int row0 = j->row0, hd = cf->head_dim;
+    int64_t L = j->L, pos0 = j->pos0;
+    for (int i = (int)i0; i < i0 + len; i++) {
         float e = (float)(2 * i) / (float)hd;
         float freq = 1.0f / powf((float)cf->rope_base, e);
         for (int64_t t = 0; t < L; t++) {
@@ -54,6 +86,12 @@ void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, i
             }
         }
     }
+}
+
+/* RoPE on rows [row0, row0 + n_head*hd) of qkv [rows][L], adjacent pairs, positions pos0 + t. */
+void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, int64_t pos0, dr_pool *pool) {
+    rope_job j = {qkv, row0, cf, L, pos0};
+    cd_par_blocks(pool, cf->head_dim / 2, 1, 40.0 * (double)L * cf->n_head, rope_pairs, &j);
 }
 
 typedef struct attn_job {
@@ -107,11 +145,22 @@ void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, con
     dr_pool_run(pool, L * cf->n_head, attn_task, &aj);
 }
 
-void cd_swiglu(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float a = g[i];
-        g[i] = a / (1.0f + expf(-a)) * u[i];
+typedef struct glu_job {
+    float *g;
+    const float *u;
+} glu_job;
+
+static void swiglu_part(void *ctx, int64_t i0, int64_t len) {
+    const glu_job *j = ctx;
+    for (int64_t i = i0; i < i0 + len; i++) {
+        float a = j->g[i];
+        j->g[i] = a / (1.0f + expf(-a)) * j->u[i];
     }
+}
+
+void cd_swiglu(float *g, const float *u, int64_t n, dr_pool *pool) {
+    glu_job j = {g, u};
+    cd_par_blocks(pool, n, 4096, 16.0, swiglu_part, &j);
 }
 
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,
@@ -133,10 +182,10 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
     for (int l = 0; l < cf->n_layer && !rc; l++) {
         const cd_tlayer *ly = &tf->layers[l];
         float *ck = kv->k + (int64_t)l * keep * Dq, *cvv = kv->v + (int64_t)l * keep * Dq;
-        cd_rmsnorm_ct(cur, nrm, D, L, ly->attn_norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, nrm, D, L, ly->attn_norm, cf->norm_eps, pool);
         if ((rc = cd_conv_run(&ly->wqkv, NULL, nrm, L, qkv, pool, err))) break;
-        cd_rope_ct(qkv, 0, cf, L, kv->pos);
-        cd_rope_ct(qkv, Dq, cf, L, kv->pos);
+        cd_rope_ct(qkv, 0, cf, L, kv->pos, pool);
+        cd_rope_ct(qkv, Dq, cf, L, kv->pos, pool);
         /* rows -> [time][channel] for attention; cached positions first */
         memcpy(kk, ck, (size_t)np * Dq * 4);
         memcpy(vv, cvv, (size_t)np * Dq * 4);
@@ -150,10 +199,10 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
         if ((rc = cd_conv_run(&ly->wo, NULL, att, L, o, pool, err))) break;
         for (int c = 0; c < D; c++)
             for (int64_t t = 0; t < L; t++) cur[(int64_t)c * L + t] += ly->g_attn[c] * o[(int64_t)c * L + t];
-        cd_rmsnorm_ct(cur, nrm, D, L, ly->ffn_norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, nrm, D, L, ly->ffn_norm, cf->norm_eps, pool);
         if ((rc = cd_conv_run(&ly->w1, NULL, nrm, L, f1, pool, err))) break;
         if ((rc = cd_conv_run(&ly->w3, NULL, nrm, L, f3, pool, err))) break;
-        cd_swiglu(f1, f3, (int64_t)F * L);
+        cd_swiglu(f1, f3, (int64_t)F * L, pool);
         if ((rc = cd_conv_run(&ly->w2, NULL, f1, L, o, pool, err))) break;
         for (int c = 0; c < D; c++)
             for (int64_t t = 0; t < L; t++) cur[(int64_t)c * L + t] += ly->g_ffn[c] * o[(int64_t)c * L + t];
@@ -166,7 +215,7 @@ drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, fl
         int64_t tot = np + L;
         kv->n = tot < keep ? tot : keep;
         kv->pos += L;
-        cd_rmsnorm_ct(cur, y, D, L, tf->norm, cf->norm_eps);
+        cd_rmsnorm_ct(cur, y, D, L, tf->norm, cf->norm_eps, pool);
     }
 done:
     dr_free(cur), dr_free(nrm), dr_free(qkv), dr_free(q), dr_free(kk), dr_free(vv);

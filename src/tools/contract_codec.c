@@ -323,7 +323,7 @@ static void check_snake(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
 
 /* ---- layer norm (ConvNeXt) and RMS norm (transformer): over channels, per time step ---- */
 
-static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int C, int64_t L) {
+static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int C, int64_t L, dr_pool *pool) {
     int ln = KV(k) == K_LN;
     double eps = ln ? 1e-6 : 1e-5;
     int64_t n = (int64_t)C * L;
@@ -361,10 +361,10 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     float e = k->control == CC_NO_EPS ? 0.0f : (float)eps; /* planted: epsilon left out */
     if (ln) {
         memcpy(y, x, (size_t)n * sizeof *y); /* in place */
-        cd_layernorm_ct(y, C, L, w, b, e);
+        cd_layernorm_ct(y, C, L, w, b, e, pool);
     } else {
         ct_poison(y, n);
-        cd_rmsnorm_ct(x, y, C, L, w, e);
+        cd_rmsnorm_ct(x, y, C, L, w, e, pool);
     }
     char name[96];
     snprintf(name, sizeof name, "%s C=%d L=%lld", x_kind[kind], C, (long long)L);
@@ -378,10 +378,10 @@ static void check_norm(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     static const int shapes[][2] = {{19, 269}, {1024, 3}, {7, 2}, {1, 4}};
     for (int kind = 0; kind < X_KINDS; kind++) {
         if (kind == X_DISCR) {
-            norm_case(k, res, &s, kind, 4096, 3);
+            norm_case(k, res, &s, kind, 4096, 3, ctx->pool);
             continue;
         }
-        for (int i = 0; i < 4; i++) norm_case(k, res, &s, kind, shapes[i][0], shapes[i][1]);
+        for (int i = 0; i < 4; i++) norm_case(k, res, &s, kind, shapes[i][0], shapes[i][1], ctx->pool);
     }
 }
 
@@ -406,7 +406,7 @@ static void table_value(double v, double dv, int bf16, double *val, double *err)
     *err = hi - lo; /* 0 when the rounding is determined; else one bf16 step */
 }
 
-static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int H, int hd, int64_t L,
+static void rope_case(const ct_kernel *k, ct_result *res, dr_pool *pool, uint64_t *s, int kind, int H, int hd, int64_t L,
                       int64_t pos0) {
     int bf16 = KV(k) == K_ROPE, Dq = H * hd;
     dr_codec_tf_config cf = {.n_head = H, .head_dim = hd, .rope_base = 10000, .rope_bf16 = bf16};
@@ -439,7 +439,7 @@ static void rope_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     memcpy(y, x, (size_t)n * sizeof *y); /* in place on the k rows of a qkv buffer */
     dr_codec_tf_config run_cf = cf;
     if (k->control == CC_ROPE_BASE) run_cf.rope_base = 500000; /* planted: another model's RoPE base */
-    cd_rope_ct(y, Dq, &run_cf, L, pos0);
+    cd_rope_ct(y, Dq, &run_cf, L, pos0, pool);
     char name[96];
     snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", x_kind[kind], H, hd, (long long)L,
              (long long)pos0);
@@ -453,9 +453,9 @@ static void check_rope(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     static const int shapes[][3] = {{2, 8, 5}, {1, 64, 3}, {3, 2, 37}};
     static const int64_t pos[] = {0, 1, 17, 5000, 100000};
     for (int i = 0; i < 3; i++)
-        for (int p = 0; p < 5; p++) rope_case(k, res, &s, X_RANDOM, shapes[i][0], shapes[i][1], shapes[i][2], pos[p]);
-    for (int kind = X_RANGE; kind < X_DISCR; kind++) rope_case(k, res, &s, kind, 2, 8, 5, 17);
-    rope_case(k, res, &s, X_DISCR, 2, 64, 3, 1);
+        for (int p = 0; p < 5; p++) rope_case(k, res, ctx->pool, &s, X_RANDOM, shapes[i][0], shapes[i][1], shapes[i][2], pos[p]);
+    for (int kind = X_RANGE; kind < X_DISCR; kind++) rope_case(k, res, ctx->pool, &s, kind, 2, 8, 5, 17);
+    rope_case(k, res, ctx->pool, &s, X_DISCR, 2, 64, 3, 1);
 }
 
 /* ---- attention with a KV window ---- */
@@ -604,7 +604,7 @@ static void gelu_tanh_approx(float *x, int64_t n) {
         x[i] = 0.5f * x[i] * (1.0f + tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
 }
 
-static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int64_t n) {
+static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, int64_t n, dr_pool *pool) {
     int glu = KV(k) == K_SWIGLU, gelu = KV(k) == K_GELU;
     float *a = fvec(n), *u = fvec(n), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
@@ -633,16 +633,16 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
     if (gelu) {
         memcpy(y, a, (size_t)n * sizeof *y); /* in place */
         if (k->control == CC_GELU_TANH) gelu_tanh_approx(y, n);
-        else cd_gelu_erf(y, n);
+        else cd_gelu_erf(y, n, pool);
     } else if (glu && k->control == CC_SWAP) { /* planted: gate and up swapped */
         memcpy(y, u, (size_t)n * sizeof *y);
-        cd_swiglu(y, a, n);
+        cd_swiglu(y, a, n, pool);
     } else if (glu) {
         memcpy(y, a, (size_t)n * sizeof *y); /* in place */
-        cd_swiglu(y, u, n);
+        cd_swiglu(y, u, n, pool);
     } else {
         ct_poison(y, n);
-        cd_tanh(a, y, n);
+        cd_tanh(a, y, n, pool);
         if (k->control == CC_HALF) /* planted: an fp16 tanh */
             for (int64_t i = 0; i < n; i++) y[i] = ct_h(y[i]);
     }
@@ -657,7 +657,7 @@ static void check_elementwise(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     uint64_t s = ctx->seed ^ 0x454c454dull ^ (uint64_t)KV(k);
     static const int64_t ns[] = {1, 7, 1000, 4097};
     for (int kind = 0; kind < X_KINDS; kind++)
-        for (int i = 0; i < 4; i++) elementwise_case(k, res, &s, kind, ns[i]);
+        for (int i = 0; i < 4; i++) elementwise_case(k, res, &s, kind, ns[i], ctx->pool);
 }
 
 /* ---- VQ nearest code (encoder) ---- */
@@ -791,13 +791,13 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
             break;
         case K_SNAKE: cd_snake_run(&sn, c, 1024, ctx->pool); break;
         case K_FUSED: cd_conv_run_ex(&cv, hist, c, L, d, &sn, d, ctx->pool, NULL); break;
-        case K_LN: cd_layernorm_ct(c, 1024, 64, a, b, 1e-6); break;
-        case K_RMS: cd_rmsnorm_ct(c, d, 1024, 64, a, 1e-5); break;
-        case K_ROPE: case K_ROPE_F32: cd_rope_ct(c, 0, &cf, 64, 1000); break;
+        case K_LN: cd_layernorm_ct(c, 1024, 64, a, b, 1e-6, ctx->pool); break;
+        case K_RMS: cd_rmsnorm_ct(c, d, 1024, 64, a, 1e-5, ctx->pool); break;
+        case K_ROPE: case K_ROPE_F32: cd_rope_ct(c, 0, &cf, 64, 1000, ctx->pool); break;
         case K_ATTEND: cd_attend(&cf, a, c, d, 127, 16, b, ctx->pool); break;
-        case K_SWIGLU: cd_swiglu(c, d, 3072 * 16); break;
-        case K_TANH: cd_tanh(c, d, 32768); break;
-        case K_GELU: cd_gelu_erf(c, 32768); break;
+        case K_SWIGLU: cd_swiglu(c, d, 3072 * 16, ctx->pool); break;
+        case K_TANH: cd_tanh(c, d, 32768, ctx->pool); break;
+        case K_GELU: cd_gelu_erf(c, 32768, ctx->pool); break;
         case K_VQ:
             for (int t = 0; t < 16; t++) cd_vq_nearest(&q, b + t, 16);
             break;
