@@ -230,8 +230,38 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
 
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L) { return cv->transposed ? L * cv->stride : L / cv->stride; }
 
-drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
-                            const float *res, dr_pool *pool, drama_error *err) {
+static void snake_row(const cd_snake *sn, int64_t c, const float *x, float *y, int64_t L);
+
+/* the conv's input rows [history | x] (SIMD strided: phase-major), x through Snake sn_in when
+ * given; rows in parallel (one thread copying 12 MB was a serial step at 16 threads) */
+typedef struct pad_job {
+    const float *hist, *x;
+    float *buf;
+    const cd_snake *sn_in;
+    int64_t L, hist_n, lx, lp, row, s;
+    int phased;
+} pad_job;
+
+static void pad_rows(void *ctx, int64_t i0, int64_t n) {
+    const pad_job *j = ctx;
+    for (int64_t i = i0; i < i0 + n; i++) {
+        float *br = j->buf + i * j->row;
+        int64_t h = j->hist_n, s = j->s, lp = j->lp;
+        const float *hr = h > 0 ? j->hist + i * h : NULL, *xr = j->x + i * j->L;
+        if (!j->phased) {
+            if (h > 0) memcpy(br, hr, (size_t)h * sizeof(float));
+            if (j->sn_in) snake_row(j->sn_in, i, xr, br + h, j->L);
+            else memcpy(br + h, xr, (size_t)j->L * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < j->lx; c++) br[c % s * lp + c / s] = c < h ? hr[c] : xr[c - h];
+        for (int64_t c = j->lx; c < s * lp; c++) br[c % s * lp + c / s] = 0.0f; /* never read */
+    }
+}
+
+/* y = res + snake(conv(sn_in(x))): cd_conv_run_ex with the input's Snake fused into the copy */
+static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *sn_in,
+                             const cd_snake *snake, const float *res, dr_pool *pool, drama_error *err) {
     if (L <= 0) return DRAMA_OK;
     if (!cv->transposed && L % cv->stride)
         return dr_fail(err, DRAMA_EINTERNAL, "codec: conv input length %lld not a multiple of stride %d", (long long)L,
@@ -246,21 +276,13 @@ drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int6
     int64_t lp = phased ? (lx + s - 1) / s : lx, row = phased ? s * lp : lx;
     const float *xin = x;
     float *buf = NULL;
-    if (cv->hist > 0 || phased) {
+    if (sn_in && phased) return dr_fail(err, DRAMA_EINTERNAL, "codec: input Snake on a strided conv");
+    if (cv->hist > 0 || phased || sn_in) {
         size_t bytes;
         if (!dr_mul_size((size_t)cv->cin * (size_t)row, sizeof(float), &bytes) || !(buf = dr_alloc(bytes)))
             return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (conv of %lld steps)", (long long)L);
-        for (int i = 0; i < cv->cin; i++) {
-            float *br = buf + (int64_t)i * row;
-            const float *hr = hist + (int64_t)i * cv->hist, *xr = x + (int64_t)i * L;
-            if (!phased) {
-                memcpy(br, hr, (size_t)cv->hist * sizeof(float));
-                memcpy(br + cv->hist, xr, (size_t)L * sizeof(float));
-                continue;
-            }
-            for (int64_t c = 0; c < lx; c++) br[c % s * lp + c / s] = c < cv->hist ? hr[c] : xr[c - cv->hist];
-            for (int64_t c = lx; c < s * lp; c++) br[c % s * lp + c / s] = 0.0f; /* never read */
-        }
+        pad_job pj = {hist, x, buf, sn_in, L, cv->hist, lx, lp, row, s, phased};
+        cd_par_blocks(pool, cv->cin, 8, (double)row * (sn_in ? 8.0 : 0.5), pad_rows, &pj);
         xin = buf;
     }
     conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = row, .y = y, .snake = snake,
@@ -296,6 +318,11 @@ drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int6
     return DRAMA_OK;
 }
 
+drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
+                            const float *res, dr_pool *pool, drama_error *err) {
+    return conv_exec(cv, hist, x, L, y, NULL, snake, res, pool, err);
+}
+
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,
                          drama_error *err) {
     return cd_conv_run_ex(cv, hist, x, L, y, NULL, NULL, pool, err);
@@ -308,16 +335,18 @@ typedef struct snake_job {
     int64_t L;
 } snake_job;
 
+static void snake_row(const cd_snake *sn, int64_t c, const float *x, float *y, int64_t L) {
+    float a = sn->alpha[c], inv = sn->inv[c];
+    if (sn->isa == CD_ISA_AVX512) cd_snake_row_avx512(a, inv, x, y, L, sn->plant);
+    else if (sn->isa == CD_ISA_AVX2) cd_snake_row_avx2(a, inv, x, y, L, sn->plant);
+    else
+        for (int64_t t = 0; t < L; t++) y[t] = snake1(x[t], a, inv);
+}
+
 static void snake_task(void *ctx, int64_t c, int worker) {
     (void)worker;
     const snake_job *j = ctx;
-    float a = j->s->alpha[c], inv = j->s->inv[c];
-    const float *x = j->x + c * j->L;
-    float *y = j->y + c * j->L;
-    if (j->s->isa == CD_ISA_AVX512) cd_snake_row_avx512(a, inv, x, y, j->L, j->s->plant);
-    else if (j->s->isa == CD_ISA_AVX2) cd_snake_row_avx2(a, inv, x, y, j->L, j->s->plant);
-    else
-        for (int64_t t = 0; t < j->L; t++) y[t] = snake1(x[t], a, inv);
+    snake_row(j->s, c, j->x + c * j->L, j->y + c * j->L, j->L);
 }
 
 void cd_snake_prepare(cd_snake *s, double eps) {
@@ -338,18 +367,15 @@ static float *tmp(int64_t c, int64_t L) {
     return dr_alloc(bytes ? bytes : 4);
 }
 
-/* x + conv2(snake2(conv1(snake1(x)))): snake2 fused into conv1's output, the residual add into conv2's */
+/* x + conv2(snake2(conv1(snake1(x)))): snake1 fused into conv1's input copy, snake2 into its
+ * output, the residual add into conv2's */
 drama_status cd_ru_run(const cd_ru *ru, float **hist, float *x, int64_t L, dr_pool *pool, drama_error *err) {
-    int c = ru->c1.cin;
-    float *a = tmp(c, L), *b = tmp(ru->c1.cout, L);
+    float *b = tmp(ru->c1.cout, L);
     drama_status rc = DRAMA_OK;
-    if (!a || !b) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (residual unit)");
-    if (!rc) {
-        cd_snake_apply(&ru->s1, x, a, L, pool);
-        rc = cd_conv_run_ex(&ru->c1, cd_hist(hist, &ru->c1), a, L, b, &ru->s2, NULL, pool, err);
-    }
+    if (!b) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (residual unit)");
+    if (!rc) rc = conv_exec(&ru->c1, cd_hist(hist, &ru->c1), x, L, b, &ru->s1, &ru->s2, NULL, pool, err);
     if (!rc) rc = cd_conv_run_ex(&ru->c2, cd_hist(hist, &ru->c2), b, L, x, NULL, x, pool, err);
-    dr_free(a), dr_free(b);
+    dr_free(b);
     return rc;
 }
 
