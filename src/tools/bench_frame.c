@@ -110,17 +110,23 @@ static int32_t *make_prompt(const dr_gen_lm *lm, int64_t P, int64_t *prefix) {
     return r;
 }
 
-/* prefill rows into a fresh session (or a clone of `from`), then the first frame; seconds */
+/* prefill rows into a fresh session (or a clone of `from`), then the first frame; seconds, and its
+ * parts (session create or clone, prefill, first frame: each ends when its work is done, since
+ * prefill and the frame wait for the device) */
 static drama_status first_frame(dr_gen_lm *lm, const dr_gen_options *o, const dr_gen_session *from,
-                                const int32_t *rows, int64_t n, dr_gen_session **keep, double *sec, drama_error *err) {
+                                const int32_t *rows, int64_t n, dr_gen_session **keep, double *sec, double part[3],
+                                drama_error *err) {
     int32_t frame[32];
     dr_gen_finish fin = DR_FINISH_NONE;
     dr_gen_session *s = NULL;
     double t0 = dr_bench_now();
     drama_status st = from ? dr_gen_session_clone(from, &s, err) : dr_gen_session_create(&lm->model, o, &s, err);
+    double t1 = dr_bench_now();
     if (!st && n > 0) st = dr_gen_prefill(s, rows, n, NULL, 0, err);
+    double t2 = dr_bench_now();
     if (!st) st = dr_gen_next(s, frame, &fin, err);
     *sec = dr_bench_now() - t0;
+    part[0] = t1 - t0, part[1] = t2 - t1, part[2] = t0 + *sec - t2;
     if (!st && fin != DR_FINISH_NONE) st = dr_fail(err, DRAMA_EEMPTY, "the first draw was the end token");
     if (keep && !st) *keep = s;
     else dr_gen_session_free(s);
@@ -254,16 +260,16 @@ int dr_bench_frame_main(int argc, char **argv) {
     o.sp.cfg_gamma = 0.0f; /* batch 1: one backbone state */
     o.has_reference = 1;
     o.sp.frame_cap = (int)(frames + warmup + 16);
-    double cold = 0, warm = 0, cached = 0, tp = 0;
-    if ((st = first_frame(lm, &o, NULL, rows, prompt, NULL, &cold, &err))) goto done;
-    if ((st = first_frame(lm, &o, NULL, rows, prompt, &run, &warm, &err))) goto done;
+    double cold = 0, warm = 0, cached = 0, tp = 0, pw[3], pc[3];
+    if ((st = first_frame(lm, &o, NULL, rows, prompt, NULL, &cold, pw, &err))) goto done;
+    if ((st = first_frame(lm, &o, NULL, rows, prompt, &run, &warm, pw, &err))) goto done;
     /* the voice prefix, prefilled once (what the prompt cache keeps), then cloned per request */
     if ((st = dr_gen_session_create(&lm->model, &o, &pre, &err))) goto done;
     double t0 = dr_bench_now();
     if ((st = dr_gen_prefill(pre, rows, prefix, NULL, 0, &err))) goto done;
     tp = dr_bench_now() - t0;
     for (int rep = 0; rep < 2; rep++) /* the first clone + step may grow workspaces: keep the second */
-        if ((st = first_frame(lm, &o, pre, rows + prefix * nc1, prompt - prefix, NULL, &cached, &err))) goto done;
+        if ((st = first_frame(lm, &o, pre, rows + prefix * nc1, prompt - prefix, NULL, &cached, pc, &err))) goto done;
 
     int32_t frame[32], chunk[DR_STREAM_FIRST_CHUNK * 32];
     int nk = lm->tower.d.num_codebooks;
@@ -291,8 +297,13 @@ int dr_bench_frame_main(int argc, char **argv) {
     dr_bench_line("prompt_rows", (double)prompt, 0, "rows");
     dr_bench_line("ttfa_prompt_first_call", cold * 1e3, 2, "ms (codes ready; includes one-time setup)");
     dr_bench_line("ttfa_prompt", warm * 1e3, 2, "ms (codes ready, fresh session)");
+    dr_bench_line("ttfa_prompt_prefill", pw[1] * 1e3, 2, "ms (of which: prefill of the rows)");
+    dr_bench_line("ttfa_prompt_first_frame", pw[2] * 1e3, 2, "ms (of which: the first frame)");
     dr_bench_line("voice_prefix_prefill", tp * 1e3, 2, "ms (once per voice)");
     dr_bench_line("ttfa_cached_voice", cached * 1e3, 2, "ms (codes ready: clone + text rows + first frame)");
+    dr_bench_line("ttfa_cached_clone", pc[0] * 1e3, 2, "ms (of which: clone of the prefix session)");
+    dr_bench_line("ttfa_cached_text_rows", pc[1] * 1e3, 2, "ms (of which: prefill of the text rows)");
+    dr_bench_line("ttfa_cached_first_frame", pc[2] * 1e3, 2, "ms (of which: the first frame)");
     codec_first_chunk(model, &bc, chunk, made < DR_STREAM_FIRST_CHUNK ? made : DR_STREAM_FIRST_CHUNK, nk, cached, per);
     dr_bench_roofline(per, bytes, bps / 1e9, bw_from);
     rc = 0;

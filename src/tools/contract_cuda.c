@@ -370,6 +370,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_ops_kernels(out + n, max - n);
     n += ct_cuda_model_kernels(out + n, max - n);
     n += ct_cuda_codec_kernels(out + n, max - n);
+    n += ct_cuda_gemm_kernels(out + n, max - n);
     return n;
 }
 
@@ -392,6 +393,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_ops_controls(out + n, max - n);
     n += ct_cuda_model_controls(out + n, max - n);
     n += ct_cuda_codec_controls(out + n, max - n);
+    n += ct_cuda_gemm_controls(out + n, max - n);
     return n;
 }
 

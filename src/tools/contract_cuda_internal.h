@@ -42,9 +42,13 @@ const char *cu_unavailable(char *why, size_t why_size);
  * format and layout; control CT_CUDA_NO_RENORM creates the device layer with norm_topk flipped. */
 #define CT_CUDA_MOE_VARIANTS 8
 #define CT_CUDA_MOE_FIRST 5 /* CM_MOE of contract_cuda_model.c */
-enum { CT_CUDA_NO_RENORM = 100 };
+enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101 };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
+
+/* The tensor-core BF16 product of the prefill (contract_cuda_gemm.c). */
+int ct_cuda_gemm_kernels(ct_kernel *out, int max);
+int ct_cuda_gemm_controls(ct_kernel *out, int max);
 
 /* Registries of the activation kernels (contract_cuda_ops.c, contract_cuda_model.c); without the
  * CUDA backend they register nothing. */

@@ -666,6 +666,7 @@ int ct_cuda_model_controls(ct_kernel *out, int max) {
         {CM_FRAME, KC_NO_RAS, "device: repetition-aware redraw off"},
         {CM_MOE + 1, CT_CUDA_NO_RENORM, "device: top-k weights not renormalised"},
         {CM_MOE + 6, CT_CUDA_NO_RENORM, "device: top-k weights not renormalised"},
+        {CM_MOE + 3, CT_CUDA_GROUPED_TILE, "device: grouped experts: pairs past an expert's first tile dropped"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_ops.h"
 #include "tools/contract_ev.h"
 
@@ -128,6 +129,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     float *alt = xm((size_t)(n * H) * 4);
     double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
     int ids[64 * TOPK];
+    if (n > 64) n = 64;
     fillr(s, res0, n * H, 1);
     ev sc[E], g[2 * I], uu[I], yr[TOPK + 1][H], sgv;
     for (int i = 0; i < n && m.ok; i++) {
@@ -211,18 +213,29 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                           m.ok ? cu_weight(t, &m.sgp.w) : NULL};
     dr_cuda_moe *dm = NULL;
     if (m.ok && !t->failed && dr_cuda_moe_create(t->c, &d, &dm, &t->err)) t->failed = 1;
+    if (dm && k->control == CT_CUDA_GROUPED_TILE) dr_cuda_moe_set_group_defect(dm, 1);
+    /* both paths on the same rows: per row (the frame step's), then grouped by expert (the prefill's) */
+    float *yg = xm((size_t)(n * H) * 4);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
+    float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
+    if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
     size_t wsb = dm ? dr_cuda_moe_ws_bytes(dm, n) : 0;
     void *ws = dm ? cu_poison(t, wsb) : NULL;
     dr_cuda_status *dst = cu_zero(t, sizeof(dr_cuda_status));
+    if (dm) dr_cuda_moe_set_group_min(dm, (int64_t)1 << 40);
     if (dm && !t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dy, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
     cu_get(t, y, dy, (size_t)(n * H) * 4);
     int32_t got[64 * TOPK];
     int32_t *dids = NULL;
     if (dm) dr_cuda_moe_last_route(dm, n, ws, &dids, NULL);
     if (dids) cu_get(t, got, dids, (size_t)(n * TOPK) * 4);
+    if (dm) dr_cuda_moe_set_group_min(dm, 1);
+    /* poisoned again: the grouped path must write every SwiGLU row it reads, not find the per-row path's */
+    if (ws && !t->failed && dr_cuda_memset(t->c, ws, 0xFF, wsb, &t->err)) t->failed = 1;
+    if (dm && !t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dyg, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
+    cu_get(t, yg, dyg, (size_t)(n * H) * 4);
     if (dm && !t->failed && dr_cuda_status_check(t->c, dst, "moe", &t->err)) t->failed = 1;
-    /* a row with a NaN input has no finite score: the router error */
+    /* a row with a NaN input has no finite score: the router error (grouped path) */
     int reported = 0;
     if (dm && !t->failed) {
         x[5] = NAN;
@@ -242,6 +255,11 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, (int64_t)n * H);
         if (positive) ct_discriminate(res, name, alt, ref, tol, (int64_t)n * H);
+        ct_compare(res, "grouped by expert", yg, ref, tol, (int64_t)n * H);
+        double *yrow = xm((size_t)(n * H) * 8), *z0 = xm((size_t)(n * H) * 8);
+        for (int64_t i = 0; i < (int64_t)n * H; i++) yrow[i] = y[i];
+        ct_compare(res, "grouped by expert == per row (bit for bit)", yg, yrow, z0, (int64_t)n * H);
+        free(yrow), free(z0);
         float gi[64 * TOPK];
         double ri[64 * TOPK], zt[64 * TOPK] = {0};
         for (int i = 0; i < n * TOPK; i++) gi[i] = (float)got[i], ri[i] = ids[i];
@@ -252,7 +270,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     }
     cu_free_all(t);
     if (m.ok) moe_w_free(&m, fused);
-    free(x), free(res0), free(y), free(alt), free(ref), free(tol);
+    free(x), free(res0), free(y), free(yg), free(alt), free(ref), free(tol);
 }
 
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
@@ -264,6 +282,7 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     moe_case(k, &t, res, &s, vi, 3, 1, 0);
     moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0);
     moe_case(k, &t, res, &s, vi, 2, 1, 1);
+    moe_case(k, &t, res, &s, vi, 40, 1, 0); /* 10 pairs per expert: more than one tile of the grouped path */
     cu_close(&t);
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `drama bench frame` on the CPU backend over a generated tiny model: the table has the frame time,
-# the per-part bytes (experts = top_k of the kept per layer), both times to first codes, and ends
-# in `ratio_to_floor X`; bad options name the flag (speed itself goes to bench/RESULTS.md).
+# the per-part bytes (experts = top_k of the kept per layer), both times to first codes and their
+# parts (clone, prefill, first frame), and ends in `ratio_to_floor X`; bad options name the flag
+# (speed itself goes to bench/RESULTS.md).
 set -euo pipefail
 : "${DRAMA_BIN:?}"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -12,9 +13,14 @@ last=$(tail -n 1 "$T/out")
 awk -v l="$last" 'BEGIN { split(l, f, " "); exit !(f[1] == "ratio_to_floor" && f[2] > 0 && f[2] < 1e5) }' \
     || { echo "FAIL: last line '$last'"; cat "$T/out"; exit 1; }
 val() { awk -v k="$1" '$1 == k { print $2 }' "$T/out"; }
-for k in ms_per_frame ttfa_prompt ttfa_cached_voice bytes_dense bytes_tower; do
+for k in ms_per_frame ttfa_prompt ttfa_cached_voice ttfa_cached_text_rows ttfa_cached_first_frame \
+    ttfa_prompt_prefill ttfa_prompt_first_frame bytes_dense bytes_tower; do
     awk -v v="$(val $k)" 'BEGIN { exit !(v > 0) }' || { echo "FAIL: $k = '$(val $k)'"; cat "$T/out"; exit 1; }
 done
+# the cached voice's parts (clone, text rows, first frame) add up to its total (2-decimal rounding)
+awk -v t="$(val ttfa_cached_voice)" -v a="$(val ttfa_cached_clone)" -v b="$(val ttfa_cached_text_rows)" \
+    -v c="$(val ttfa_cached_first_frame)" 'BEGIN { d = a + b + c - t; exit !(a >= 0 && d < 0.025 && d > -0.025) }' \
+    || { echo "FAIL: cached-voice parts do not add up"; cat "$T/out"; exit 1; }
 # tiny model: 8 layers x top-4 of 16 experts x (gate + up [64, 64] + down [64, 64]) FP8 + 128x128 f32 scale
 # blocks (one per matrix): 8 * 4 * 3 * (4096 + 4) bytes = 0.394 MB
 [ "$(val bytes_experts)" = "0.394" ] || { echo "FAIL: bytes_experts"; cat "$T/out"; exit 1; }

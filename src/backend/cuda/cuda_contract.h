@@ -34,6 +34,11 @@ drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, in
  * planted control: close, but not the same bits). x, y device pointers. */
 drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float *y, int device_expf, drama_error *err);
 
+/* The MoE layer's grouped path (moe_prefill.cu) with a planted defect: 1 = each expert's pairs past
+ * the first tile are dropped (inside the gate/up kernel's tile loop); 0 = the real kernel. */
+struct dr_cuda_moe;
+void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
+
 #ifdef __cplusplus
 }
 #endif

@@ -178,6 +178,12 @@ size_t dr_cuda_moe_ws_bytes(const dr_cuda_moe *m, int64_t n);
  * one more. The selected ids and weights of the last call are at dr_cuda_moe_last_route. */
 drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
                              void *ws, size_t ws_bytes, int layer, dr_cuda_status *st, drama_error *err);
+/* Calls of at least DR_CUDA_MOE_GROUP_MIN_N rows (a prefill) run the experts grouped by expert
+ * (moe_prefill.cu: each used expert read once for all its rows), with values equal to the per-row
+ * path's bit for bit; the set call changes the threshold of one layer (the contract forces both
+ * paths). The workspace size depends on it: set it before dr_cuda_moe_ws_bytes. */
+#define DR_CUDA_MOE_GROUP_MIN_N 8
+void dr_cuda_moe_set_group_min(dr_cuda_moe *m, int64_t min_rows);
 /* Device pointers into ws after a run: ids [n][topk] (original expert ids, -1 none), weights [n][topk]. */
 void dr_cuda_moe_last_route(const dr_cuda_moe *m, int64_t n, void *ws, int32_t **ids, float **weights);
 

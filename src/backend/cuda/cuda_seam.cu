@@ -229,11 +229,11 @@ static drama_status cs_run_region(dr_backend *be, const void *owner, uint64_t ke
     cs_impl *b = CS(be);
     cs_flush(b);
     if (!b->graphs_on) {
-        b->in_region = 1;
+        b->in_region = 1, b->in_step = 1;
         b->prof_regions++;
         fn(ctx);
         cs_flush(b);
-        b->in_region = 0;
+        b->in_region = 0, b->in_step = 0;
         return DRAMA_OK;
     }
     for (int i = 0; i < b->n_graphs; i++)
@@ -243,10 +243,10 @@ static drama_status cs_run_region(dr_backend *be, const void *owner, uint64_t ke
     drama_status st = dr_cuda_check(cudaStreamBeginCapture(b->c->stream, cudaStreamCaptureModeThreadLocal),
                                     "cudaStreamBeginCapture", err);
     if (st) return st;
-    b->capturing = 1;
+    b->capturing = 1, b->in_step = 1;
     fn(ctx);
     cs_flush(b);
-    b->capturing = 0;
+    b->capturing = 0, b->in_step = 0;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(b->c->stream, &g);
     if (b->fail) { /* an op could not be issued: nothing recorded */
@@ -268,8 +268,10 @@ static drama_status cs_run_region(dr_backend *be, const void *owner, uint64_t ke
         fprintf(stderr, "drama: cuda: recording a region as a graph failed (%s); running without graphs\n",
                 cudaGetErrorString(e));
         b->graphs_on = 0;
+        b->in_step = 1;
         fn(ctx);
         cs_flush(b);
+        b->in_step = 0;
         return DRAMA_OK;
     }
     b->graphs[b->n_graphs++] = (cs_graph){owner, key, x, nodes};
@@ -308,7 +310,7 @@ static void cs_destroy(dr_backend *be) {
     }
     cudaStreamSynchronize(b->c->stream);
     if (b->profile) {
-        static const char *const kind[CSP_KINDS] = {"matmul_n1", "matmul", "embed", "norm", "element", "attention",
+        static const char *const kind[CSP_KINDS] = {"matmul_n1", "matmul", "gemm_tc", "embed", "norm", "element", "attention",
                                                     "deltanet", "moe", "logits", "tower_in", "move", "guidance",
                                                     "semantic", "acoustic"};
         for (int r = 0; r < 2; r++) {
@@ -364,13 +366,15 @@ extern "C" drama_status dr_backend_cuda_create(int device, dr_backend **out, dra
     }
     const char *g = getenv("DRAMA_CUDA_GRAPHS"), *pr = getenv("DRAMA_CUDA_PROFILE");
     b->graphs_on = !(g && !strcmp(g, "0"));
+    const char *tc = getenv("DRAMA_CUDA_TC");
+    b->tc_on = !(tc && !strcmp(tc, "0"));
     b->profile = pr && !strcmp(pr, "1") && cudaEventCreate(&b->ev0) == cudaSuccess && cudaEventCreate(&b->ev1) == cudaSuccess;
     be->kind = DR_BACKEND_CUDA;
     be->name = "cuda";
     be->host_memory = 0;
     be->device = device;
-    snprintf(be->description, sizeof be->description, "cuda: %.100s (device %d)%s", b->c->info.name, device,
-             b->graphs_on ? "" : ", graphs off");
+    snprintf(be->description, sizeof be->description, "cuda: %.100s (device %d)%s%s", b->c->info.name, device,
+             b->graphs_on ? "" : ", graphs off", b->tc_on ? "" : ", tensor-core products off");
     be->ops = cs_ops_table();
     be->impl = b;
     be->destroy = cs_destroy;

@@ -35,6 +35,9 @@ typedef struct cs_impl {
     cs_map weights, vecs, moes;
     size_t planned, resident;
     int graphs_on, capturing;
+    int tc_on; /* products of >= DR_CUDA_GEMM_MIN_N rows with BF16 weights on the tensor cores (gemm.h) */
+    int in_step; /* inside a region (a frame step): products stay on the matvec, so a lane's values never
+                    depend on how many lanes share its step */
     cs_graph graphs[CS_MAX_GRAPHS];
     int n_graphs;
     size_t last_graph_nodes;
@@ -56,7 +59,7 @@ typedef struct cs_impl {
     int64_t prof_n[2][16];
 } cs_impl;
 
-enum { CSP_MATMUL1, CSP_MATMUL, CSP_EMBED, CSP_NORM, CSP_ELEMENT, CSP_ATTN, CSP_GDN, CSP_MOE, CSP_LOGITS, CSP_TOWER_IN,
+enum { CSP_MATMUL1, CSP_MATMUL, CSP_GEMM, CSP_EMBED, CSP_NORM, CSP_ELEMENT, CSP_ATTN, CSP_GDN, CSP_MOE, CSP_LOGITS, CSP_TOWER_IN,
        CSP_MOVE, CSP_GUIDE, CSP_SEMANTIC, CSP_ACOUSTIC, CSP_KINDS };
 void cs_prof_begin(cs_impl *b);
 void cs_prof_end(cs_impl *b, int kind);

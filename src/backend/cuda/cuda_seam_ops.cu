@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_seam_impl.h"
+#include "backend/cuda/gemm.h"
 
 static int overlap(const void *a, size_t an, const void *b, size_t bn) {
     const char *x = (const char *)a, *y = (const char *)b;
@@ -46,12 +47,32 @@ static double job_w_bytes(const dr_cuda_job *j) {
 void cs_flush(cs_impl *b) {
     if (!b->n_pend) return;
     drama_error e = {};
+    /* many rows with BF16 weights outside a frame step (a prefill): the tensor-core product (gemm.h;
+     * each weight read once for up to 64 rows); the queued jobs are independent, so they may launch
+     * in two groups */
+    dr_cuda_job tc[CS_MAX_PENDING];
+    int ntc = 0, nrest = 0;
+    double wtc = 0;
+    for (int i = 0; i < b->n_pend; i++) {
+        if (b->tc_on && !b->in_step && b->pend[i].n >= DR_CUDA_GEMM_MIN_N && dr_cuda_gemm_ok(&b->pend[i]))
+            tc[ntc++] = b->pend[i], wtc += job_w_bytes(&b->pend[i]);
+        else b->pend[nrest++] = b->pend[i];
+    }
+    drama_status st = DRAMA_OK;
+    if (ntc) {
+        cs_prof_begin(b);
+        st = dr_cuda_gemm_batch(b->c, tc, ntc, 0, &e);
+        cs_prof_end_bytes(b, CSP_GEMM, wtc);
+    }
+    b->n_pend = nrest;
     double wb = 0;
     int all1 = 1;
     for (int i = 0; i < b->n_pend; i++) wb += job_w_bytes(&b->pend[i]), all1 &= b->pend[i].n == 1;
-    cs_prof_begin(b);
-    drama_status st = dr_cuda_matmul_batch(b->c, b->pend, b->n_pend, &e);
-    cs_prof_end_bytes(b, all1 ? CSP_MATMUL1 : CSP_MATMUL, wb);
+    if (!st && b->n_pend) {
+        cs_prof_begin(b);
+        st = dr_cuda_matmul_batch(b->c, b->pend, b->n_pend, &e);
+        cs_prof_end_bytes(b, all1 ? CSP_MATMUL1 : CSP_MATMUL, wb);
+    }
     b->n_pend = 0;
     if (st) cs_fail(b, st, &e);
 }

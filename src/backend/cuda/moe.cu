@@ -14,37 +14,15 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_common.cuh"
+#include "backend/cuda/moe_internal.h"
 
 #define GU_WARPS 4          /* outputs per gate/up block */
 #define ROUTE_THREADS 256
 #define MOE_MAX_TOPK 15     /* the down block has topk + 1 warps (512 threads: 128 registers each) */
 
-struct moe_expert {
-    mv_job gate, up, down;
-    int64_t up_row0;        /* fused gate_up: the up rows start at I */
-};
-
-struct dr_cuda_moe {
-    dr_cuda *c;
-    int E, topk, norm_topk, n_kept;
-    int64_t H, I, Is, W;    /* W: act row stride, max(I, Is) rounded up to 4 floats */
-    int32_t *slot_dev;      /* [E] */
-    moe_expert *experts;    /* device [n_kept] */
-    moe_expert shared;
-    const dr_cuda_weight *router, *sh_gate_proj;
-};
-
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
-/* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W] */
-struct moe_ws {
-    float *scores, *sg;
-    int32_t *ids, *slots;
-    float *wsel, *act;
-    size_t bytes;
-};
-
-static moe_ws ws_layout(const dr_cuda_moe *m, int64_t n, void *base) {
+moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base) {
     moe_ws w;
     uint8_t *p = (uint8_t *)base;
     size_t off = 0;
@@ -54,14 +32,22 @@ static moe_ws ws_layout(const dr_cuda_moe *m, int64_t n, void *base) {
     w.slots = (int32_t *)(p + off), off += al((size_t)n * m->topk * 4);
     w.wsel = (float *)(p + off), off += al((size_t)n * m->topk * 4);
     w.act = (float *)(p + off), off += al((size_t)n * (m->topk + 1) * m->W * 4);
+    w.ydn = w.act, w.used = w.ustart = w.ucount = w.pairs = NULL;
+    if (n >= m->group_min_n) { /* the grouped path's lists and per-pair down outputs */
+        w.ydn = (float *)(p + off), off += al((size_t)n * (m->topk + 1) * m->H * 4);
+        w.used = (int32_t *)(p + off), off += al((size_t)(m->n_kept + 2) * 4);
+        w.ustart = (int32_t *)(p + off), off += al((size_t)m->n_kept * 4);
+        w.ucount = (int32_t *)(p + off), off += al((size_t)m->n_kept * 4);
+        w.pairs = (int32_t *)(p + off), off += al((size_t)n * m->topk * 4);
+    }
     w.bytes = off;
     return w;
 }
 
-extern "C" size_t dr_cuda_moe_ws_bytes(const dr_cuda_moe *m, int64_t n) { return ws_layout(m, n, NULL).bytes; }
+extern "C" size_t dr_cuda_moe_ws_bytes(const dr_cuda_moe *m, int64_t n) { return dr_cuda_moe_ws_layout(m, n, NULL).bytes; }
 
 extern "C" void dr_cuda_moe_last_route(const dr_cuda_moe *m, int64_t n, void *ws, int32_t **ids, float **weights) {
-    moe_ws w = ws_layout(m, n, ws);
+    moe_ws w = dr_cuda_moe_ws_layout(m, n, ws);
     if (ids) *ids = w.ids;
     if (weights) *weights = w.wsel;
 }
@@ -117,6 +103,8 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->H = d->H, m->I = d->I, m->Is = d->Is;
     m->W = ((d->I > d->Is ? d->I : d->Is) + 3) / 4 * 4;
     m->router = d->router, m->sh_gate_proj = d->sh_gate_proj;
+    const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED"); /* 0: every call per row (measurements) */
+    m->group_min_n = grp && !strcmp(grp, "0") ? ((int64_t)1 << 40) : DR_CUDA_MOE_GROUP_MIN_N;
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -132,6 +120,10 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     }
     *out = m;
     return DRAMA_OK;
+}
+
+extern "C" void dr_cuda_moe_set_group_min(dr_cuda_moe *m, int64_t min_rows) {
+    if (m) m->group_min_n = min_rows > 0 ? min_rows : 1;
 }
 
 extern "C" void dr_cuda_moe_free(dr_cuda_moe *m) {
@@ -306,7 +298,7 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
                             size_t ws_bytes, int layer, dr_cuda_status *st, dr_op_status *rst, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!m || !x || !out || !ws) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: NULL argument");
-    moe_ws w = ws_layout(m, n, ws);
+    moe_ws w = dr_cuda_moe_ws_layout(m, n, ws);
     if (ws_bytes < w.bytes)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: workspace of %zu bytes, %zu needed", ws_bytes, w.bytes);
     if (n * (m->topk + 1) > 65535 || n > 65535)
@@ -317,6 +309,7 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream>>>(
         w.scores, m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
+    if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));
     gate_up_kernel<<<g1, GU_WARPS * 32, 0, c->stream>>>(0, n, m->topk, w.slots, m->experts, m->shared, m->I, m->Is, m->W,

@@ -1,0 +1,46 @@
+/* moe_internal.h - INTERNAL to the CUDA MoE (moe.cu: the per-row layer, moe_prefill.cu: the rows
+ * grouped by expert): the device layer's tables and its workspace layout. C++ only. */
+#ifndef DRAMA_BACKEND_CUDA_MOE_INTERNAL_H
+#define DRAMA_BACKEND_CUDA_MOE_INTERNAL_H
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_ops.h"
+
+struct moe_expert {
+    mv_job gate, up, down;
+    int64_t up_row0;        /* fused gate_up: the up rows start at I */
+};
+
+struct dr_cuda_moe {
+    dr_cuda *c;
+    int E, topk, norm_topk, n_kept;
+    int64_t H, I, Is, W;    /* W: act row stride, max(I, Is) rounded up to 4 floats */
+    int32_t *slot_dev;      /* [E] */
+    moe_expert *experts;    /* device [n_kept] */
+    moe_expert shared;
+    const dr_cuda_weight *router, *sh_gate_proj;
+    int64_t group_min_n;    /* calls of at least this many rows take the grouped experts (moe_prefill.cu) */
+    int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
+};
+
+/* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
+ * and, for the grouped path, ydn [n (k+1)][H] | used [n_kept + 2] | ustart [n_kept] | ucount
+ * [n_kept] | pairs [n k] (moe_prefill.cu) */
+struct moe_ws {
+    float *scores, *sg;
+    int32_t *ids, *slots;
+    float *wsel, *act;
+    float *ydn;
+    int32_t *used, *ustart, *ucount, *pairs;
+    size_t bytes;
+};
+moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base);
+
+/* Rows grouped by expert, after routing filled w.slots / w.wsel / w.sg: each used expert's weights
+ * are read once for all the rows that selected it (and the shared expert's once for all rows);
+ * every value is the per-row path's (moe.cu) bit for bit: the same per-row dot products (chunk
+ * order, fmaf chains, xor tree), SwiGLU and the rank-ordered combine. */
+drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
+                                 const moe_ws *w, drama_error *err);
+
+#endif
