@@ -4,9 +4,10 @@
 # time), tests/e2e/backend_parity.sh on the goldens carried in DIR/golden (greedy frames = goldens /
 # CPU, seeded runs = CPU), then for each format in $FORMATS (default "fp8 q4") a full-shape model
 # in /dev/shm, `drama bench frame` (TTFA and its parts), for fp8 also with DRAMA_CUDA_TC=0 and
-# DRAMA_CUDA_MOE_GROUPED=0 and a per-op profile of the prefill, and for the formats in $PARITY
-# (default q4) CUDA vs CPU logits/hidden over 16 steps and 16 seeded frames' codes.
-# If the contract fails an entry of the new paths, the rest runs with that path off (said so).
+# DRAMA_CUDA_MOE_GROUPED=0 and a per-op profile of the prefill ($EXTRAS picks), and for $PARITY
+# (default q4; "none": no format) CUDA vs CPU logits/hidden over 16 steps and 16 seeded frames' codes.
+# If the contract fails an entry of the new paths, the rest runs with that path off (said so;
+# KEEP_PATHS=1 keeps them on).
 # Usage: src/backend/cuda/device_prefill.sh DIR   (DIR from device_carry.sh + golden/ + this script)
 set -u
 H=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +24,8 @@ timeout 200 /tmp/drama-dev contract --only cuda --no-limits >$L/contract.txt 2>&
 echo "contract rc=$? $(ms_since $t) ms"
 grep -E "^(SUMMARY|FAIL|MISSED|NOT RUN)" $L/contract.txt | head -20
 grep -E "gemm_tc|moe\." $L/contract.txt | head -24
-if grep -E "^FAIL" $L/contract.txt | grep -q gemm_tc; then export DRAMA_CUDA_TC=0; echo "gemm_tc failed: DRAMA_CUDA_TC=0 from here"; fi
-if grep -E "^FAIL" $L/contract.txt | grep -q "moe\."; then export DRAMA_CUDA_MOE_GROUPED=0; echo "moe failed: grouped off from here"; fi
+if [ -z "${KEEP_PATHS:-}" ] && grep -E "^FAIL" $L/contract.txt | grep -q gemm_tc; then export DRAMA_CUDA_TC=0; echo "gemm_tc failed: DRAMA_CUDA_TC=0 from here"; fi
+if [ -z "${KEEP_PATHS:-}" ] && grep -E "^FAIL" $L/contract.txt | grep -q "moe\."; then export DRAMA_CUDA_MOE_GROUPED=0; echo "moe failed: grouped off from here"; fi
 save
 timeout 60 /tmp/drama-dev contract --only 'cuda/gemm_tc*' >$L/contract_time.txt 2>&1
 grep -iE "gemm_tc|ms" $L/contract_time.txt | head -6
@@ -41,7 +42,7 @@ bench() { # label, "VAR=value ...", then bench frame's options
     env $envs /tmp/drama-dev bench frame --backend cuda --model $M --prompt-rows 100 "$@" >$L/bench-$lab.txt 2>$L/bench-$lab.err
     local rc=$?
     save
-    echo "-- bench $lab rc=$rc: $(grep -E '^(ms_per_frame|ttfa_prompt |ttfa_prompt_prefill|ttfa_cached)' $L/bench-$lab.txt | awk '{printf "%s %s; ", $1, $2}')"
+    echo "-- bench $lab rc=$rc: $(grep -E '^ *(ms_per_frame|ttfa_prompt |ttfa_prompt_prefill|ttfa_cached)' $L/bench-$lab.txt | awk '{printf "%s %s; ", $1, $2}')"
 }
 for F in ${FORMATS:-fp8 q4}; do
     M=/dev/shm/m-$F
@@ -54,11 +55,13 @@ for F in ${FORMATS:-fp8 q4}; do
     python3 "$H/device_rows.py" $M $L >/dev/null
     bench $F DRAMA_BENCH=1 --frames $FR
     cat $L/bench-$F.txt
-    if [ "$F" = fp8 ]; then
-        bench $F-tc0 DRAMA_CUDA_TC=0 --frames 8 --warmup 1
-        bench $F-grp0 DRAMA_CUDA_MOE_GROUPED=0 --frames 8 --warmup 1
-        bench $F-prof DRAMA_CUDA_PROFILE=1 --frames 4 --warmup 1
-        grep -A20 "outside regions" $L/bench-$F-prof.err | head -18
+    if [ "$F" = fp8 ]; then # $EXTRAS: which of the comparison runs (default all three)
+        [[ " ${EXTRAS:-tc0 grp0 prof} " == *" tc0 "* ]] && bench $F-tc0 DRAMA_CUDA_TC=0 --frames 8 --warmup 1
+        [[ " ${EXTRAS:-tc0 grp0 prof} " == *" grp0 "* ]] && bench $F-grp0 DRAMA_CUDA_MOE_GROUPED=0 --frames 8 --warmup 1
+        if [[ " ${EXTRAS:-tc0 grp0 prof} " == *" prof "* ]]; then
+            bench $F-prof DRAMA_CUDA_PROFILE=1 --frames 4 --warmup 1
+            grep -A20 "outside regions" $L/bench-$F-prof.err | head -18
+        fi
     fi
     if [[ " ${PARITY:-q4} " == *" $F "* ]]; then
         for b in cuda cpu; do
