@@ -186,6 +186,22 @@ int32_t *tu_load_i32(const char *path, const char *name, int64_t *n) {
     return out;
 }
 
+int32_t *tu_load_codes(const char *path, const char *name, int K, int64_t *frames) {
+    int64_t n;
+    int32_t *g = tu_load_i32(path, name, &n);
+    if (K <= 0 || n % K != 0) {
+        free(g);
+        fail_msg("%s: tensor '%s' has %lld values, not a multiple of %d codebooks", path, name, (long long)n, K);
+    }
+    *frames = n / K;
+    int32_t *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+    if (!c) fail_msg("out of memory");
+    for (int k = 0; k < K; k++)
+        for (int64_t f = 0; f < *frames; f++) c[f * K + k] = g[k * *frames + f];
+    free(g);
+    return c;
+}
+
 const char *tu_tmpdir(void) {
     static char buf[4][4096];
     static int slot;

@@ -64,6 +64,9 @@ void tu_affine_tol(const float *src, int64_t n, int group, int bits, double eps,
  * NULL). A missing file or tensor fails the current cmocka test with a message naming both. */
 float *tu_load_f32(const char *path, const char *name, int64_t *n);
 int32_t *tu_load_i32(const char *path, const char *name, int64_t *n);
+/* Golden codes: tensor `name` stored [codebook][frame] (K codebooks), returned [frame][codebook]
+ * as the engine takes them; *frames = its frame count. Fails the test unless numel % K == 0. */
+int32_t *tu_load_codes(const char *path, const char *name, int K, int64_t *frames);
 
 /* A golden model directory (rel under $DRAMA_GOLDEN) with its symbolic links intact. Some copies of
  * the golden data store the links of variants/ as small text files holding the target path (git

@@ -37,15 +37,7 @@ static int teardown(void **state) {
 
 /* golden codes are [codebook][frame]; the engine takes [frame][codebook] */
 static int32_t *load_codes(const char *name, int64_t *frames) {
-    int64_t n;
-    int32_t *g = tu_load_i32(tu_golden(GOLD), name, &n);
-    int K = dr_codec_cfg(g_codec)->num_codebooks;
-    *frames = n / K;
-    int32_t *c = malloc((size_t)n * sizeof *c);
-    for (int k = 0; k < K; k++)
-        for (int64_t f = 0; f < *frames; f++) c[f * K + k] = g[k * *frames + f];
-    free(g);
-    return c;
+    return tu_load_codes(tu_golden(GOLD), name, dr_codec_cfg(g_codec)->num_codebooks, frames);
 }
 
 typedef struct taps {
