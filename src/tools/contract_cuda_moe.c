@@ -216,6 +216,8 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm && k->control == CT_CUDA_GROUPED_TILE) dr_cuda_moe_set_group_defect(dm, 1);
     /* both paths on the same rows: per row (the frame step's), then grouped by expert (the prefill's) */
     float *yg = xm((size_t)(n * H) * 4);
+    if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);
+    if (dm && k->control == CT_CUDA_MOE_WSEL_NEXT) dr_cuda_moe_plant_defect(dm, 2);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */

@@ -38,6 +38,11 @@ drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float 
  * the first tile are dropped (inside the gate/up kernel's tile loop); 0 = the real kernel. */
 struct dr_cuda_moe;
 void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
+/* The MoE layer's few-row expert kernels (moe_decode.cuh) with a planted defect from then on:
+ * 1 = the up row of the next output, 2 = each rank weighted with the next rank's routing weight;
+ * 0 = none. */
+struct dr_cuda_moe;
+void dr_cuda_moe_plant_defect(struct dr_cuda_moe *m, int defect);
 
 #ifdef __cplusplus
 }

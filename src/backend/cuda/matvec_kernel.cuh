@@ -251,57 +251,74 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     }
 }
 
-/* n = 1 (a decode step): a block of MV1_WARPS warps stages x in shared memory once and its warps
- * take MV1_ROWS rows, MV1_UNROLL chunks in flight per lane. Each row's sum is matvec_kernel's: lane
- * l still adds chunks l, l + 32, ... in order through the same fmaf chain and xor tree (only the
- * number of loads issued ahead differs), so results are bit-identical to the general kernel. */
-#define MV1_WARPS 8
-#define MV1_ROWS 16
+/* n = 1 (a decode step): a block of 8 or 16 warps (blockDim), one row per warp. Each warp issues its row's first
+ * MV1_UNROLL chunks per lane before the block stages x in shared memory, and the next MV1_UNROLL
+ * before it dots the current ones (two batches in flight), so the weight stream never waits on the
+ * staging or on the fmaf chains. Each row's sum is matvec_kernel's: lane l still adds chunks l,
+ * l + 32, ... in order through the same fmaf chain and xor tree (only the number of loads issued
+ * ahead differs), so results are bit-identical to the general kernel. 16 warps when the launch
+ * has rows enough to give every SM a block of 16, else 8 (more SMs share few rows). */
 #define MV1_UNROLL 8
+#define MV1_MAX_WARPS 16
 #define MV1_MAX_COLS 12288 /* x [cols] fp32 in at most 48 KiB of shared memory (no opt-in needed) */
 
 template <int FMT, int DEFECT>
-__global__ void __launch_bounds__(MV1_WARPS * 32) matvec1_kernel(const __grid_constant__ mv_batch b) {
+__device__ __forceinline__ void mv1_batch(const mv_job &L, int64_t row, int64_t base, int64_t nfull, int64_t nch,
+                                          const uint4 (&v)[MV1_UNROLL], float (&acc)[1]) {
+#pragma unroll
+    for (int k = 0; k < MV1_UNROLL; k++) {
+        int64_t ch = base + 32 * k;
+        if (ch < nfull)
+            chunk_dot<FMT, 1, false, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+        else if (ch < nch && DEFECT != DR_CUDA_DEFECT_DROP_TAIL_CHUNK) /* planted: tail skipped */
+            chunk_dot<FMT, 1, true, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+    }
+}
+
+__device__ __forceinline__ void mv1_load(const uint8_t *wrow, int64_t base, int64_t nch, uint4 (&v)[MV1_UNROLL]) {
+#pragma unroll
+    for (int k = 0; k < MV1_UNROLL; k++) {
+        int64_t ch = base + 32 * k;
+        if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
+    }
+}
+
+template <int FMT, int DEFECT>
+__global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __grid_constant__ mv_batch b) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
     extern __shared__ float4 xs4[]; /* [cols] floats */
     float *xs = reinterpret_cast<float *>(xs4);
     const mv_job &J = b.job[blockIdx.y];
-    const int64_t row0 = J.r0 + (int64_t)blockIdx.x * MV1_ROWS;
+    const int64_t row0 = J.r0 + (int64_t)blockIdx.x * (blockDim.x >> 5);
     if (row0 >= J.r1 || J.n < 1) return; /* the whole block */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t row = row0 + warp;
+    const bool live = row < J.r1; /* a dead warp still stages x and meets the barrier */
+    const int64_t nfull = J.cols / EPC, nch = (J.cols + EPC - 1) / EPC;
+    const uint8_t *wrow = J.data + (live ? row : row0) * J.pitch;
+    uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
+    if (live) mv1_load(wrow, lane, nch, va);
     for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[i] = J.x[i];
     __syncthreads();
+    if (!live) return;
     mv_job L = J;
     L.x = xs;
     L.x_vec = J.cols % 4 == 0;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t nfull = J.cols / EPC, nch = (J.cols + EPC - 1) / EPC;
-    for (int64_t row = row0 + warp; row < J.r1 && row < row0 + MV1_ROWS; row += MV1_WARPS) {
-        const uint8_t *wrow = J.data + row * J.pitch;
-        float acc[1] = {0.0f};
-        for (int64_t base = lane; base < nch; base += 32 * MV1_UNROLL) {
-            uint4 v[MV1_UNROLL];
+    float acc[1] = {0.0f};
+    for (int64_t base = lane; base < nch; base += 32 * MV1_UNROLL) {
+        const int64_t nb = base + 32 * MV1_UNROLL;
+        if (nb < nch) mv1_load(wrow, nb, nch, vb); /* the next batch in flight */
+        mv1_batch<FMT, DEFECT>(L, row, base, nfull, nch, va, acc);
 #pragma unroll
-            for (int k = 0; k < MV1_UNROLL; k++) {
-                int64_t ch = base + 32 * k;
-                if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
-            }
+        for (int k = 0; k < MV1_UNROLL; k++) va[k] = vb[k];
+    }
 #pragma unroll
-            for (int k = 0; k < MV1_UNROLL; k++) {
-                int64_t ch = base + 32 * k;
-                if (ch < nfull)
-                    chunk_dot<FMT, 1, false, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
-                else if (ch < nch && DEFECT != DR_CUDA_DEFECT_DROP_TAIL_CHUNK) /* planted: tail skipped */
-                    chunk_dot<FMT, 1, true, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
-            }
-        }
-#pragma unroll
-        for (int off = 16; off > (DEFECT == DR_CUDA_DEFECT_SHUFFLE_LEVEL ? 1 : 0); off >>= 1) /* planted */
-            acc[0] = keep<DEFECT>(acc[0] + __shfl_xor_sync(0xFFFFFFFFu, acc[0], off));
-        if (lane == 0) {
-            float *yp = J.y + (row - J.r0);
-            *yp = J.add ? *yp + acc[0] : acc[0];
-            if (J.y2) J.y2[row - J.r0] = J.y2[row - J.r0] + acc[0];
-        }
+    for (int off = 16; off > (DEFECT == DR_CUDA_DEFECT_SHUFFLE_LEVEL ? 1 : 0); off >>= 1) /* planted */
+        acc[0] = keep<DEFECT>(acc[0] + __shfl_xor_sync(0xFFFFFFFFu, acc[0], off));
+    if (lane == 0) {
+        float *yp = J.y + (row - J.r0);
+        *yp = J.add ? *yp + acc[0] : acc[0];
+        if (J.y2) J.y2[row - J.r0] = J.y2[row - J.r0] + acc[0];
     }
 }
 
@@ -314,8 +331,22 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
     for (int i = 0; i < b->count; i++) max_cols = b->job[i].cols > max_cols ? b->job[i].cols : max_cols;
     /* three tile widths keep compile time modest; a wider tile than n only masks rows */
     if (n <= 1 && max_cols <= MV1_MAX_COLS) {
-        dim3 g1((unsigned)((b->max_rows + MV1_ROWS - 1) / MV1_ROWS), (unsigned)b->count);
-        matvec1_kernel<FMT, DEFECT><<<g1, MV1_WARPS * 32, (size_t)max_cols * sizeof(float), stream>>>(*b);
+        int64_t total_rows = 0;
+        for (int i = 0; i < b->count; i++) total_rows += b->job[i].r1 - b->job[i].r0;
+        const size_t smem = (size_t)max_cols * sizeof(float);
+        static int sms = 0; /* the device's SM count, asked once (not a stream operation: fine in a capture) */
+        if (!sms) {
+            int dev = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
+                sms = 132;
+        }
+        if (total_rows >= 16 * (int64_t)sms) { /* a block of 16 rows for every SM */
+            dim3 g1((unsigned)((b->max_rows + 15) / 16), (unsigned)b->count);
+            matvec1_kernel<FMT, DEFECT><<<g1, 16 * 32, smem, stream>>>(*b);
+        } else {
+            dim3 g1((unsigned)((b->max_rows + 7) / 8), (unsigned)b->count);
+            matvec1_kernel<FMT, DEFECT><<<g1, 8 * 32, smem, stream>>>(*b);
+        }
     } else if (n <= 1)
         matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);
     else if (n <= 4)

@@ -20,6 +20,8 @@
 #define ROUTE_THREADS 256
 #define MOE_MAX_TOPK 15     /* the down block has topk + 1 warps (512 threads: 128 registers each) */
 
+#include "backend/cuda/moe_decode.cuh"
+
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
 moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base) {
@@ -85,6 +87,13 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     for (int e = 0; e < d->E; e++) {
         slot[e] = d->slot[e] >= 0 && d->slot[e] < d->n_kept ? d->slot[e] : -1;
     }
+    m->down_fmt = d->down[0] ? d->down[0]->fmt : -1;
+    for (int k = 0; k < d->n_kept && !st; k++) {
+        if (!d->down[k] || d->down[k]->fmt != m->down_fmt || (!d->fused && (!d->gate[k] || !d->up[k] ||
+                                                                           d->gate[k]->fmt != d->up[k]->fmt)))
+            m->down_fmt = -1; /* the decode kernels need one down format and gate = up */
+    }
+    if (d->sh_gate->fmt != d->sh_up->fmt) m->down_fmt = -1;
     for (int k = 0; k < d->n_kept && !st; k++) {
         if (d->fused) {
             if (!(st = check_w(d->gate_up[k], 2 * d->I, d->H, "gate_up", k, err))) {
@@ -310,6 +319,10 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
         w.scores, m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
+    if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0)
+        return dr_cuda_check(moe_decode_launch(c->stream, m->down_fmt, n, m->topk, w.slots, w.wsel, w.sg, m->experts,
+                                               m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect),
+                             "MoE decode expert launches", err);
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));
     gate_up_kernel<<<g1, GU_WARPS * 32, 0, c->stream>>>(0, n, m->topk, w.slots, m->experts, m->shared, m->I, m->Is, m->W,
@@ -330,6 +343,10 @@ extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_
 drama_status dr_cuda_seam_moe(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, void *ws,
                               size_t ws_bytes, int layer, dr_op_status *status, drama_error *err) {
     return moe_run(c, m, n, x, out, 0, ws, ws_bytes, layer, NULL, status, err);
+}
+
+extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
+    if (m) m->defect = defect;
 }
 
 extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const dr_cuda_weight *up,

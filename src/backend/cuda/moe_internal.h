@@ -21,6 +21,8 @@ struct dr_cuda_moe {
     const dr_cuda_weight *router, *sh_gate_proj;
     int64_t group_min_n;    /* calls of at least this many rows take the grouped experts (moe_prefill.cu) */
     int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
+    int down_fmt;           /* the routed experts' one down format (gate = up format per expert), -1: mixed */
+    int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
 };
 
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
