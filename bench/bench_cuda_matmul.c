@@ -123,7 +123,8 @@ static int bench(dr_cuda *c, const shape *s, int n, int per_call, int separate, 
              !dr_cuda_to_device(c, dx, x, sizeof(float) * n * s->cols, &e);
     for (int i = 0; i < nw && ok; i++) {
         ok = !dr_cuda_weight_upload(c, &w, &dw[i], &e);
-        jobs[i] = (dr_cuda_job){dw[i], dx, n, (float *)dy + (size_t)(i % per_call) * n * s->rows, 0, 0, 0, 0, NULL};
+        jobs[i] = (dr_cuda_job){dw[i], dx, n, (float *)dy + (size_t)(i % per_call) * n * s->rows, 0, 0, 0, 0, NULL,
+                                NULL, 0, 0, NULL};
     }
     timed t = {c, jobs, sets, per_call, 0, separate, {0}};
     double *ms = malloc(sizeof(double) * samples);

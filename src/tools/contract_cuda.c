@@ -171,7 +171,7 @@ static int cu_run(const ct_kernel *k, ct_ctx *ctx, const dr_weight *w, const flo
     cu_case cc = {0};
     drama_status st = dr_cuda_weight_upload(c, w, &cc.w[0], &err);
     if (!st) st = cu_buffers(c, &cc, x, n * w->cols, n * w->rows, &err);
-    dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, 0, 0, 0, 0, NULL};
+    dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
     if (!st) st = product(k, c, &j, 1, &err);
     if (!st) st = dr_cuda_sync(c, &err);
     if (!st) st = dr_cuda_to_host(c, y, cc.y, (size_t)(n * w->rows) * sizeof(float), &err);
@@ -209,7 +209,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
         ct_poison(y, n * m);
         drama_status st = dr_cuda_weight_upload(c, &fx->t.w, &cc.w[0], &err);
         if (!st) st = cu_buffers(c, &cc, fx->x, n * fx->cols, n * m, &err);
-        dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, r0, r1, 0, 0, NULL};
+        dr_cuda_job j = {cc.w[0], cc.x, n, cc.y, r0, r1, 0, 0, NULL, NULL, 0, 0, NULL};
         if (!st) st = product(k, c, &j, 1, &err);
         if (!st) st = dr_cuda_sync(c, &err);
         if (!st) st = dr_cuda_to_host(c, y, cc.y, (size_t)(n * m) * sizeof(float), &err);
@@ -254,7 +254,7 @@ static void structure_cases(const ct_kernel *k, dr_cuda *c, ct_result *res, uint
             const float *xbase = (i % 2) ? xb : cc.x;
             int full = r0s[i] == 0 && r1s[i] == fx->rows && i % 4 == 0; /* some as r0 == r1 == 0 */
             jobs[i] = (dr_cuda_job){cc.w[i % 2], xbase + xoff[i] * fx->cols, ns[i % 5], cc.y + yoff[i],
-                                    full ? 0 : r0s[i], full ? 0 : r1s[i], 0, 0, NULL};
+                                    full ? 0 : r0s[i], full ? 0 : r1s[i], 0, 0, NULL, NULL, 0, 0, NULL};
         }
         st = product(k, c, jobs, NJOB, &err);
     }
@@ -318,7 +318,7 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
     if (ct_w_make(&t, f, src, rows, cols) == 0 && dr_cuda_open(0, &tm.c, &tm.err) == DRAMA_OK) {
         drama_status st = dr_cuda_weight_upload(tm.c, &t.w, &cc.w[0], &tm.err);
         if (!st) st = cu_buffers(tm.c, &cc, x, cols, rows, &tm.err);
-        tm.job = (dr_cuda_job){cc.w[0], cc.x, 1, cc.y, 0, 0, 0, 0, NULL};
+        tm.job = (dr_cuda_job){cc.w[0], cc.x, 1, cc.y, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
         if (!st) st = dr_cuda_time(tm.c, timed_call, &tm, 5, &(double){0}, &tm.err); /* warm-up */
         for (int rep = 0; rep < 5 && !st; rep++) {
             double ms = INFINITY;
@@ -371,6 +371,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_model_kernels(out + n, max - n);
     n += ct_cuda_codec_kernels(out + n, max - n);
     n += ct_cuda_gemm_kernels(out + n, max - n);
+    n += ct_cuda_norm_kernels(out + n, max - n);
     return n;
 }
 
@@ -394,6 +395,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_model_controls(out + n, max - n);
     n += ct_cuda_codec_controls(out + n, max - n);
     n += ct_cuda_gemm_controls(out + n, max - n);
+    n += ct_cuda_norm_controls(out + n, max - n);
     return n;
 }
 

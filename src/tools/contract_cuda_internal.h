@@ -59,5 +59,7 @@ int ct_cuda_model_kernels(ct_kernel *out, int max);
 int ct_cuda_model_controls(ct_kernel *out, int max);
 int ct_cuda_codec_kernels(ct_kernel *out, int max); /* contract_cuda_codec.c */
 int ct_cuda_codec_controls(ct_kernel *out, int max);
+int ct_cuda_norm_kernels(ct_kernel *out, int max); /* contract_cuda_norm.c: the norm-fused product */
+int ct_cuda_norm_controls(ct_kernel *out, int max);
 
 #endif

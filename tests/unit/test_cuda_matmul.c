@@ -278,7 +278,7 @@ static void run_batch(dr_cuda *c) {
             CHECK(0, "batch upload: %s", e.message);
             return;
         }
-        jobs[i] = (dr_cuda_job){dw[i], dx, 1 + i % 2, dy + i * 2 * rows, 0, 0, 0, 0, NULL};
+        jobs[i] = (dr_cuda_job){dw[i], dx, 1 + i % 2, dy + i * 2 * rows, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
     }
     jobs[9].r0 = 17, jobs[9].r1 = 150;
     float *yb = malloc(sizeof(float) * E * 2 * rows), *ys = malloc(sizeof(float) * 2 * rows);

@@ -297,6 +297,9 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     if (in->y_ld < 0 || (in->y_ld > 0 && in->y_ld < r1 - r0))
         return dr_fail(err, DRAMA_EINVAL, "%s: y row stride %lld below the %lld rows asked", w->name,
                        (long long)in->y_ld, (long long)(r1 - r0));
+    if (in->norm && (in->n != 1 || w->cols > DR_CUDA_NORM_MAX_COLS))
+        return dr_fail(err, DRAMA_EINVAL, "%s: a fused norm needs n = 1 and at most %d columns (n=%lld, %lld)", w->name,
+                       DR_CUDA_NORM_MAX_COLS, (long long)in->n, (long long)w->cols);
     memset(j, 0, sizeof *j);
     j->data = w->data;
     j->scales = w->scales;
@@ -319,6 +322,10 @@ static drama_status make_job(const dr_cuda_job *in, int i, mv_job *j, drama_erro
     j->y_ld = in->y_ld;
     j->add = in->add;
     j->y2 = in->y2;
+    j->norm = in->norm;
+    j->norm_w = in->norm_w;
+    j->norm_eps = in->norm_eps;
+    j->norm_y = in->norm_y;
     return DRAMA_OK;
 }
 
@@ -402,7 +409,7 @@ extern "C" drama_status dr_cuda_matmul_rows(dr_cuda *c, const dr_cuda_weight *w,
         return dr_fail(err, DRAMA_EINVAL, "%s: row range [%lld, %lld) outside [0, %lld)", w->name, (long long)r0,
                        (long long)r1, (long long)w->rows);
     if (r0 == r1) return DRAMA_OK; /* nothing asked (and not the "all rows" job marker) */
-    dr_cuda_job j = {w, x, n, y, r0, r1, 0, 0, NULL};
+    dr_cuda_job j = {w, x, n, y, r0, r1, 0, 0, NULL, NULL, 0, 0, NULL};
     return dr_cuda_matmul_batch(c, &j, 1, err);
 }
 

@@ -88,7 +88,14 @@ typedef struct dr_cuda_job {
     int add;        /* 1: y += x W^T (residual add fused into the store) */
     float *y2;      /* NULL, or a second destination laid out as y that gets y2 += x W^T (y is written
                        too: a product followed by the residual add of its output, in one launch) */
+    const float *norm_w; /* with norm: x W^T is rms_norm(x, norm_w, norm_eps) W^T (norm_w NULL: no
+                            weight), the norm formed as dr_cuda_rms_norm's, bit for bit; n = 1 and
+                            cols <= DR_CUDA_NORM_MAX_COLS only */
+    double norm_eps;
+    int norm;
+    float *norm_y;  /* with norm: NULL, or where the normed x is written too */
 } dr_cuda_job;
+#define DR_CUDA_NORM_MAX_COLS 12288
 drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err);
 
 /* Timing with CUDA events on the context's stream: runs fn(arg) `calls` times between two events

@@ -20,6 +20,7 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_PREV_GROUP,        /* affine 4/8-bit: group g+1 uses the scale and bias of group g */
     DR_CUDA_DEFECT_SHUFFLE_LEVEL,     /* F16: the shuffle tree stops one level early (odd lanes lost) */
     DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
+    DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
 

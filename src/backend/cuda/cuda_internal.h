@@ -51,6 +51,10 @@ struct mv_job {
     int64_t y_ld;  /* y row stride in floats (0: r1 - r0) */
     int add;   /* 1: y += x W^T (the residual add of the CPU's x[j] += mix[j]) */
     float *y2; /* NULL, or also y2 += x W^T at y's offsets */
+    const float *norm_w; /* norm: x staged as rms_norm(x, norm_w, norm_eps) (matvec1 only) */
+    double norm_eps;
+    int norm;
+    float *norm_y; /* norm: NULL, or the normed x written there (by each job's block 0) */
 };
 
 struct mv_batch {

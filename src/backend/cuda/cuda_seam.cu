@@ -368,6 +368,8 @@ extern "C" drama_status dr_backend_cuda_create(int device, dr_backend **out, dra
     b->graphs_on = !(g && !strcmp(g, "0"));
     const char *tc = getenv("DRAMA_CUDA_TC");
     b->tc_on = !(tc && !strcmp(tc, "0"));
+    const char *fn = getenv("DRAMA_CUDA_FUSE_NORM");
+    b->fuse_norm = !(fn && !strcmp(fn, "0"));
     b->profile = pr && !strcmp(pr, "1") && cudaEventCreate(&b->ev0) == cudaSuccess && cudaEventCreate(&b->ev1) == cudaSuccess;
     be->kind = DR_BACKEND_CUDA;
     be->name = "cuda";

@@ -44,6 +44,16 @@ typedef struct cs_impl {
     /* queued products, launched together by cs_flush */
     dr_cuda_job pend[CS_MAX_PENDING];
     int n_pend;
+    /* a one-row rms_norm held back for the products that read its output: they stage the norm of
+     * its input themselves (dr_cuda_job.norm) and write y; cs_flush launches it if none did */
+    struct {
+        const float *x, *w;
+        float *y;
+        double eps;
+        int64_t dim;
+        int active, used;
+    } pnorm;
+    int fuse_norm; /* DRAMA_CUDA_FUSE_NORM=0: every rms_norm is its own launch */
     /* workspaces, grown outside recorded regions */
     void *attn_ws, *moe_ws;
     size_t attn_ws_bytes, moe_ws_bytes;

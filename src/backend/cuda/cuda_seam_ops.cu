@@ -5,7 +5,11 @@
  * Queued products: matmul appends to a queue that is launched (cs_flush) before any other op, when
  * a product would read or overwrite what a queued one touches, or when 16 wait; the queue becomes
  * one launch per weight format. An add whose source is a queued product's output becomes that
- * product's second store (y2 += acc), unless a queued product reads the add's target. */
+ * product's second store (y2 += acc), unless a queued product reads the add's target.
+ *
+ * Fused norms: a one-row rms_norm is held back (b->pnorm); the products that read exactly its
+ * output take its input and stage the norm themselves (dr_cuda_job.norm, bit-identical to the norm
+ * kernel) and write the output too; any other op first launches the norm if no product took it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -44,8 +48,26 @@ static double job_w_bytes(const dr_cuda_job *j) {
     return rows > 0 ? (double)dr_cuda_weight_device_bytes(j->w) * (double)(j->r1 - j->r0) / (double)rows : 0.0;
 }
 
+static void check(cs_impl *b, drama_status st, const drama_error *e);
+
+/* the held-back norm as its own launch, unless a launched product wrote it */
+static void pnorm_resolve(cs_impl *b) {
+    if (!b->pnorm.active) return;
+    b->pnorm.active = 0;
+    if (b->pnorm.used) return;
+    drama_error e = {};
+    cs_prof_begin(b);
+    check(b, dr_cuda_rms_norm(b->c, b->pnorm.x, b->pnorm.dim, b->pnorm.w, b->pnorm.eps, 1, b->pnorm.dim, b->pnorm.y,
+                              b->pnorm.dim, &e),
+          &e);
+    cs_prof_end(b, CSP_NORM);
+}
+
 void cs_flush(cs_impl *b) {
-    if (!b->n_pend) return;
+    if (!b->n_pend) {
+        pnorm_resolve(b);
+        return;
+    }
     drama_error e = {};
     /* many rows with BF16 weights outside a frame step (a prefill): the tensor-core product (gemm.h;
      * each weight read once for up to 64 rows); the queued jobs are independent, so they may launch
@@ -75,6 +97,7 @@ void cs_flush(cs_impl *b) {
     }
     b->n_pend = 0;
     if (st) cs_fail(b, st, &e);
+    pnorm_resolve(b);
 }
 
 static void check(cs_impl *b, drama_status st, const drama_error *e) {
@@ -88,7 +111,18 @@ static void op_matmul(dr_backend *be, const dr_weight *w, int64_t r0, int64_t r1
     if (n <= 0 || r1 <= r0) return;
     const dr_cuda_weight *d = cs_weight(b, w);
     if (!d) return;
-    dr_cuda_job j = {d, x, n, y, r0, r1, 0, 0, NULL};
+    dr_cuda_job j = {d, x, n, y, r0, r1, 0, 0, NULL, NULL, 0, 0, NULL};
+    if (b->pnorm.active) { /* a product of the held-back norm's output stages the norm itself */
+        size_t nb = (size_t)b->pnorm.dim * sizeof(float), ob = job_y_bytes(&j);
+        if (n == 1 && x == b->pnorm.y && dr_cuda_weight_cols(d) == b->pnorm.dim && !overlap(y, ob, b->pnorm.x, nb) &&
+            !overlap(y, ob, b->pnorm.y, nb)) {
+            j.x = b->pnorm.x;
+            j.norm = 1, j.norm_w = b->pnorm.w, j.norm_eps = b->pnorm.eps, j.norm_y = b->pnorm.y;
+            b->pnorm.used = 1;
+        } else {
+            cs_flush(b); /* launches the norm (or its products) first */
+        }
+    }
     size_t xb = job_x_bytes(&j), yb = job_y_bytes(&j);
     for (int i = 0; i < b->n_pend; i++) {
         const dr_cuda_job *p = &b->pend[i];
@@ -109,8 +143,8 @@ static void op_restricted_logits(dr_backend *be, const dr_weight *head, int64_t 
     cs_flush(b);
     const dr_cuda_weight *d = cs_weight(b, head);
     if (!d || n <= 0) return;
-    dr_cuda_job jobs[2] = {{d, x, n, logits, sem_row, sem_row + n_sem, n_sem + 1, 0, NULL},
-                           {d, x, n, logits + n_sem, end_row, end_row + 1, n_sem + 1, 0, NULL}};
+    dr_cuda_job jobs[2] = {{d, x, n, logits, sem_row, sem_row + n_sem, n_sem + 1, 0, NULL, NULL, 0, 0, NULL},
+                           {d, x, n, logits + n_sem, end_row, end_row + 1, n_sem + 1, 0, NULL, NULL, 0, 0, NULL}};
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_matmul_batch(b->c, jobs, 2, &e), &e);
@@ -155,6 +189,12 @@ static void op_rms_norm(dr_backend *be, const float *x, const float *w, double e
     cs_flush(b);
     const float *wd = w ? cs_vec(b, w) : NULL;
     if (w && !wd) return;
+    size_t nb = (size_t)dim * sizeof(float);
+    if (b->fuse_norm && n == 1 && dim <= DR_CUDA_NORM_MAX_COLS && !overlap(x, nb, y, nb)) {
+        b->pnorm.x = x, b->pnorm.w = wd, b->pnorm.y = y, b->pnorm.eps = eps, b->pnorm.dim = dim;
+        b->pnorm.active = 1, b->pnorm.used = 0;
+        return;
+    }
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_rms_norm(b->c, x, dim, wd, eps, n, dim, y, dim, &e), &e);

@@ -283,6 +283,34 @@ __device__ __forceinline__ void mv1_load(const uint8_t *wrow, int64_t base, int6
     }
 }
 
+/* xs [cols] (staged x) <- rms_norm(xs, J.norm_w, J.norm_eps), the whole block: the sum of squares in
+ * rms_norm_kernel's order (256 threads, i = t, t + 256, ..., each warp's xor tree, then the 8 warp
+ * sums' tree), r rounded once, two fp32 products: dr_cuda_rms_norm's values bit for bit. Block 0 of
+ * the job writes them to J.norm_y too. */
+template <int DEFECT> __device__ __forceinline__ void mv1_norm(const mv_job &J, float *xs) {
+    __shared__ double sh[8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); /* xs staged */
+    double ss = 0.0;
+    if (threadIdx.x < 256)
+        for (int64_t i = threadIdx.x; i < J.cols; i += 256) ss += (double)xs[i] * (double)xs[i];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
+    if (lane == 0 && warp < 8) sh[warp] = ss;
+    __syncthreads();
+    double t = lane < 8 ? sh[lane] : 0.0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, off);
+    const float r = (float)(1.0 / sqrt(t / (double)J.cols + J.norm_eps));
+    const float *w = DEFECT == DR_CUDA_DEFECT_NORM_NO_WEIGHT ? NULL : J.norm_w; /* planted: weight skipped */
+    const bool out = J.norm_y && blockIdx.x == 0;
+    for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) {
+        float v = w ? __fmul_rn(__fmul_rn(xs[i], r), __ldg(w + i)) : __fmul_rn(xs[i], r);
+        xs[i] = v;
+        if (out) J.norm_y[i] = v;
+    }
+}
+
 template <int FMT, int DEFECT>
 __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __grid_constant__ mv_batch b) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
@@ -299,6 +327,7 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
     if (live) mv1_load(wrow, lane, nch, va);
     for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[i] = J.x[i];
+    if (J.norm) mv1_norm<DEFECT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
     __syncthreads();
     if (!live) return;
     mv_job L = J;

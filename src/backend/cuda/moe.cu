@@ -312,7 +312,8 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: workspace of %zu bytes, %zu needed", ws_bytes, w.bytes);
     if (n * (m->topk + 1) > 65535 || n > 65535)
         return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_moe_run: %lld rows in one call", (long long)n);
-    dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0, NULL}, {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL}};
+    dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL},
+                           {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL}};
     drama_status s = dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
     moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream>>>(
