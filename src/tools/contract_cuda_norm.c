@@ -22,19 +22,21 @@ static const struct {
 
 static void *xm(size_t n) { return calloc(n ? n : 1, 1); }
 
-/* one case: rows x cols weights of format f, x of `scale`, norm weight or none */
+/* one case: rows x cols weights of format f, x of `scale`, norm weight or none; positive: positive x
+ * and weights in [0.5, 1] * 2 / cols (long positive sums), whose fp16-accumulated product must fail */
 static void norm_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int f, int64_t rows, int64_t cols,
-                      int with_w, double scale) {
+                      int with_w, double scale, int positive) {
     const double eps = 1e-6;
     float *src = xm((size_t)(rows * cols) * 4), *x = xm((size_t)cols * 4), *w = xm((size_t)cols * 4);
-    float *xn = xm((size_t)cols * 4), *y = xm((size_t)rows * 4), *yn = xm((size_t)cols * 4);
+    float *xn = xm((size_t)cols * 4), *y = xm((size_t)rows * 4), *yn = xm((size_t)cols * 4), *alt = xm((size_t)rows * 4);
     double *exn = xm((size_t)cols * 8), *ref = xm((size_t)rows * 8), *tol = xm((size_t)rows * 8);
     double *nref = xm((size_t)cols * 8), *ntol = xm((size_t)cols * 8);
     double *pr = xm((size_t)rows * 8), *pt = xm((size_t)rows * 8), *pe = xm((size_t)rows * 8);
     ev *xe = xm((size_t)cols * sizeof(ev));
-    for (int64_t i = 0; i < rows * cols; i++) src[i] = (float)(0.05 * ct_rand_normal(s));
+    for (int64_t i = 0; i < rows * cols; i++)
+        src[i] = positive ? (float)((0.5 + 0.5 * ct_rand_uniform(s)) * 2.0 / (double)cols) : (float)(0.05 * ct_rand_normal(s));
     for (int64_t i = 0; i < cols; i++) {
-        x[i] = (float)(scale * ct_rand_normal(s));
+        x[i] = positive ? (float)(scale * (0.5 + 0.5 * ct_rand_uniform(s))) : (float)(scale * ct_rand_normal(s));
         w[i] = (float)(1.0 + 0.1 * ct_rand_normal(s));
         xe[i] = ev_in(x[i]);
     }
@@ -49,7 +51,7 @@ static void norm_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, 
     ct_w W;
     int ok = ct_w_make(&W, f, src, rows, cols) == 0;
     if (ok) {
-        ct_matmul_reference(&W.w, xn, 1, 8, pr, pt, NULL);
+        ct_matmul_reference(&W.w, xn, 1, 8, pr, pt, alt);
         ct_matmul_abs(&W.w, exn, 1, pe);
         for (int64_t r = 0; r < rows; r++) {
             ev o = {pr[r], pt[r] + pe[r]};
@@ -68,16 +70,17 @@ static void norm_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, 
     cu_get(t, y, dy, (size_t)rows * 4);
     cu_get(t, yn, dyn, (size_t)cols * 4);
     char name[128];
-    snprintf(name, sizeof name, "%s [%lld, %lld] x scale %g%s", nv[k->variant].name, (long long)rows, (long long)cols,
-             scale, with_w ? " weighted" : "");
+    snprintf(name, sizeof name, "%s%s [%lld, %lld] x scale %g%s", positive ? "fp16-discriminating " : "",
+             nv[k->variant].name, (long long)rows, (long long)cols, scale, with_w ? " weighted" : "");
     if (!ok) ct_case_error(res, name, "could not build the weights");
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, rows);
         ct_compare(res, "the normed x written beside", yn, nref, ntol, cols);
+        if (positive) ct_discriminate(res, name, alt, ref, tol, rows);
     }
     if (ok) ct_w_free(&W);
     cu_free_all(t);
-    free(src), free(x), free(w), free(xn), free(y), free(yn), free(exn), free(ref), free(tol), free(nref), free(ntol);
+    free(src), free(x), free(w), free(xn), free(y), free(yn), free(alt), free(exn), free(ref), free(tol), free(nref), free(ntol);
     free(pr), free(pt), free(pe), free(xe);
 }
 
@@ -87,10 +90,11 @@ static void check_norm(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     uint64_t s = ctx->seed ^ (0x4e4f524dull + (uint64_t)k->variant * 131);
     const int f = nv[k->variant].f;
     const int64_t g = ct_matmul_granule(f) > 32 ? ct_matmul_granule(f) : 32;
-    norm_case(k, &t, res, &s, f, 37, 2 * g, 1, 1.0);
-    norm_case(k, &t, res, &s, f, 300, 1024, 1, 3.0);
-    norm_case(k, &t, res, &s, f, 2200, 2048, 1, 0.01); /* 16-warp blocks (>= 16 rows per SM) */
-    norm_case(k, &t, res, &s, f, 130, 2048, 0, 1.0);
+    norm_case(k, &t, res, &s, f, 37, 2 * g, 1, 1.0, 0);
+    norm_case(k, &t, res, &s, f, 300, 1024, 1, 3.0, 0);
+    norm_case(k, &t, res, &s, f, 2200, 2048, 1, 0.01, 0); /* 16-warp blocks (>= 16 rows per SM) */
+    norm_case(k, &t, res, &s, f, 130, 2048, 0, 1.0, 0);
+    norm_case(k, &t, res, &s, f, 64, 2048, 1, 1.0, 1);
     cu_close(&t);
 }
 
