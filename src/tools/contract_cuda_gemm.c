@@ -67,7 +67,7 @@ static void one_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     }
     dr_cuda_weight *dw = cu_weight(t, &wt->w);
     float *dx = cu_put(t, x, (size_t)(n * cols) * 4), *dy = cu_poison(t, (size_t)(n * rows) * 4);
-    dr_cuda_job j = {dw, dx, n, dy, 0, 0, 0, 0, NULL};
+    dr_cuda_job j = {dw, dx, n, dy, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
     run_jobs(k, t, &j, 1);
     cu_get(t, y, dy, (size_t)(n * rows) * 4);
     if (!cu_case_end(t, res, name)) {
@@ -90,7 +90,7 @@ static void independence_case(const ct_kernel *k, cu_t *t, ct_result *res, const
     for (int64_t i = 0; i < m * R; i++) ref[i] = y[off * R + i];
     dr_cuda_weight *dw = cu_weight(t, w);
     float *dx = cu_put(t, x + off * K, (size_t)(m * K) * 4), *dy = cu_poison(t, (size_t)(m * R) * 4);
-    dr_cuda_job j = {dw, dx, m, dy, 0, 0, 0, 0, NULL};
+    dr_cuda_job j = {dw, dx, m, dy, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
     run_jobs(k, t, &j, 1);
     cu_get(t, y8, dy, (size_t)(m * R) * 4);
     const char *name = "rows 3..10 as a call of 8 rows == the same rows of the larger call (exact)";
@@ -119,7 +119,8 @@ static void batch_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s)
     dr_cuda_weight *dw = cu_weight(t, &wt.w);
     float *dx = cu_put(t, x, (size_t)(n * K) * 4), *dya = cu_put(t, ya, (size_t)(n * ld) * 4);
     float *dyb = cu_put(t, yb, (size_t)(n * R) * 4), *dy2 = cu_put(t, y2, (size_t)(n * R) * 4);
-    dr_cuda_job jobs[2] = {{dw, dx, n, dya, r0, r1, ld, 0, NULL}, {dw, dx, n, dyb, 0, 0, 0, 1, dy2}};
+    dr_cuda_job jobs[2] = {{dw, dx, n, dya, r0, r1, ld, 0, NULL, NULL, 0, 0, NULL},
+                           {dw, dx, n, dyb, 0, 0, 0, 1, dy2, NULL, 0, 0, NULL}};
     run_jobs(k, t, jobs, 2);
     cu_get(t, ga, dya, (size_t)(n * ld) * 4);
     cu_get(t, gb, dyb, (size_t)(n * R) * 4);
@@ -202,7 +203,7 @@ static double time_gemm(const ct_kernel *k, ct_ctx *ctx) {
     double ms = INFINITY;
     if (!ct_w_make(&wt, CT_F_BF16, w, R, K)) {
         gemm_timed g = {&t, {cu_weight(&t, &wt.w), cu_put(&t, x, (size_t)(n * K) * 4), n, cu_alloc(&t, (size_t)(n * R) * 4), 0,
-                             0, 0, 0, NULL}};
+                             0, 0, 0, NULL, NULL, 0, 0, NULL}};
         ms = cu_time(&t, timed_gemm, &g);
         ct_w_free(&wt);
     }
