@@ -61,6 +61,7 @@ static void usage(FILE *f) {
             "  --replica-id ID             this replica's name in X-Served-By and drama_replica_info\n"
             "                              (1-64 of [A-Za-z0-9._:-]; default HOSTNAME:PORT)\n"
             "  --test-load-delay S         test hook: stay \"loading\" S seconds before loading the model\n"
+            "  --test-step-delay S         test hook: pause S seconds (<= 10) after every engine step\n"
             "  --set SWITCH=VALUE          model switch (MODEL.md 10; repeatable)\n"
             "  --no-ui                     no playground page at GET / (docs/serve.md \"Playground\")\n"
             "  -q, --quiet                 no access log\n");
@@ -190,6 +191,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             if (!ok) return bad(name, v, "expected 1-64 characters of [A-Za-z0-9._:-]");
             o->replica_id = v;
         } else if (!strcmp(name, "--test-load-delay")) rc = get_num(name, v, 0, 3600, &o->load_delay_s);
+        else if (!strcmp(name, "--test-step-delay")) rc = get_num(name, v, 0, 10, &o->step_delay_s);
         else if (!strcmp(name, "--threads")) rc = get_int(name, v, 0, 4096, &o->threads);
         else if (!strcmp(name, "--backend") || !strcmp(name, "--device")) {
             dr_backend_choice bc = {(dr_backend_want)o->backend, o->device}; /* drama_backend's values */

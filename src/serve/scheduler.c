@@ -398,6 +398,10 @@ static void *thread_main(void *arg) {
         drama_error se = {0};
         drama_engine_step(e, &se);
         service_running(s, 1);
+        if (s->o.step_delay_s > 0) { /* the test hook: keeps a request running long enough to observe */
+            struct timespec ts = {(time_t)s->o.step_delay_s, (long)((s->o.step_delay_s - (time_t)s->o.step_delay_s) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         update_stats(s, dr_clock_s());
     }
     if (e) update_stats(s, dr_clock_s());

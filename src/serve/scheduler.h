@@ -44,6 +44,7 @@ typedef struct dr_sched_options {
     int64_t prompt_cache_bytes;  /* --prompt-cache-mib (default 0: no cache) */
     int prefill_slice_rows;      /* 0: the engine's default */
     double drain_timeout_s;      /* --drain-timeout: dr_sched_drain's default (30) */
+    double step_delay_s;         /* --test-step-delay: test hook, a pause after every engine step */
 } dr_sched_options;
 
 void dr_sched_options_default(dr_sched_options *o);

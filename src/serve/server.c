@@ -138,6 +138,7 @@ drama_status dr_server_load(dr_server *s, volatile int *stop, drama_error *err) 
     so.prompt_cache_bytes = s->opt.prompt_cache_mib << 20;
     so.memory_budget_bytes = s->opt.memory_budget_mib < 0 ? -1 : s->opt.memory_budget_mib << 20;
     so.drain_timeout_s = s->opt.drain_timeout_s;
+    so.step_delay_s = s->opt.step_delay_s;
     st = dr_sched_create(s->model, &so, &s->sched, err);
     if (st != DRAMA_OK) goto failed;
     while (dr_sched_get_state(s->sched) == DR_SCHED_LOADING) {

@@ -52,6 +52,7 @@ typedef struct dr_serve_options {
     int device;                  /* --device: GPU index */
     const char *replica_id;      /* --replica-id (NULL: HOSTNAME:PORT): X-Served-By, drama_replica_info */
     double load_delay_s;         /* --test-load-delay: test hook, seconds in "loading" before the load */
+    double step_delay_s;         /* --test-step-delay: test hook, seconds of pause after every engine step */
     const char *const *set;      /* --set switch=value (NULL-terminated) or NULL */
     int quiet;                   /* no access log */
     int no_ui;                   /* --no-ui: no playground at GET / */

@@ -88,7 +88,7 @@ stop_server
 
 # drain: SIGTERM while a request runs -> health 503 draining, new requests 503, the running one
 # completes, exit 0
-SERVER_TAG=server-drain start_server -q
+SERVER_TAG=server-drain start_server -q --test-step-delay 0.005 # >= 1.5 s for the 300 frames: still running at the checks
 post_json /v1/tts '{"text": "finish me", "frames": 300, "seed": 4, "format": "pcm"}' "$WORK/drain.pcm" >"$WORK/drain.status" &
 P=$!
 for i in $(seq 1 100); do [ "$(metric drama_lanes_active)" = 1 ] && break; sleep 0.05; done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # serve_replica.sh - what a load balancer sees of one replica (issue 16): while the model loads
-# (made observable by the --test-load-delay hook) /health is 503 "loading" with Retry-After and
+# (made observable by the --test-load-delay hook; --test-step-delay keeps the drained request running) /health is 503 "loading" with Retry-After and
 # synthesis answers 503 loading + Retry-After, while the liveness check /health/live is 200 from
 # the start to the end of the drain; X-Served-By carries --replica-id (default HOSTNAME:PORT) on
 # every response (health, errors, whole and streamed audio); drama_replica_info has the replica
@@ -20,7 +20,7 @@ ok "--replica-id validated and documented"
 
 # loading: the listener answers before the model is loaded
 rm -f "$WORK/server.out"
-"$DRAMA_BIN" serve --model "$MODEL" --port 0 --replica-id gpu-a.0 --test-load-delay 4 -q >"$WORK/server.out" 2>"$WORK/server.err" &
+"$DRAMA_BIN" serve --model "$MODEL" --port 0 --replica-id gpu-a.0 --test-load-delay 4 --test-step-delay 0.005 -q >"$WORK/server.out" 2>"$WORK/server.err" &
 SERVER_PID=$!
 for i in $(seq 1 200); do grep -q 'listening on' "$WORK/server.out" 2>/dev/null && break; sleep 0.05; done
 BASE=$(sed -n 's/.*listening on \(http:\/\/[^ ]*\).*/\1/p' "$WORK/server.out" | head -1)
