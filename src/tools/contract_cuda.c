@@ -285,7 +285,7 @@ static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         return;
     }
     ct_matmul_cases(k, ctx, res, CUDA_CHAIN, cu_run, c);
-    uint64_t seed = ctx->seed ^ (uint64_t)(k->variant * 104729 + 5);
+    uint64_t seed = ctx->seed ^ ((uint64_t)(uint32_t)k->variant * 104729u + 5u); /* unsigned: no int overflow */
     structure_cases(k, c, res, &seed);
     dr_cuda_close(c);
 }

@@ -399,7 +399,7 @@ int ct_matmul_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int chain, 
     int64_t g = ct_matmul_granule(f);
     /* ragged shapes: rows and columns that are not multiples of 8, 32 or 128 (within the granule) */
     const int64_t shapes[][3] = {{3, 7, 2}, {37, 101, 3}, {130, 200, 2}, {1, 33, 2}, {129, 300, 1}};
-    uint64_t seed = ctx->seed ^ (uint64_t)(k->variant * 7919 + 17);
+    uint64_t seed = ctx->seed ^ ((uint64_t)(uint32_t)k->variant * 7919u + 17u); /* unsigned: path bits make variant large */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         for (int kind = 0; kind < CT_K_KINDS; kind++) {
             int64_t rows = shapes[si][0], cols = (shapes[si][1] + g - 1) / g * g, n = shapes[si][2];
