@@ -38,10 +38,12 @@ test-fuzz:
 
 # The demo needs only the CLI: build that target, not the tests and benchmarks.
 demo: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j$(JOBS) --target drama
+	@echo "demo: building drama (log: $(BUILD)/demo-build.log)"
+	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >$(BUILD)/demo-build.log 2>&1 || { cat $(BUILD)/demo-build.log; exit 1; }
+	@cmake --build $(BUILD) -j$(JOBS) --target drama >>$(BUILD)/demo-build.log 2>&1 || { tail -40 $(BUILD)/demo-build.log; exit 1; }
 	@test -f $(DEMO_MODEL)/config.json || ./$(BUILD)/drama make-model $(DEMO_MODEL) --shape tiny --seed 1
-	./$(BUILD)/drama inspect $(DEMO_MODEL)
+	@./$(BUILD)/drama inspect $(DEMO_MODEL) >$(BUILD)/demo-inspect.txt 2>&1 || { cat $(BUILD)/demo-inspect.txt; exit 1; }
+	@echo "demo: $$(tail -1 $(BUILD)/demo-inspect.txt) (full report: $(BUILD)/demo-inspect.txt)"
 	./$(BUILD)/drama synthesize --model $(DEMO_MODEL) --text "$(DEMO_TEXT)" --frames 40 --seed 7 -o demo.wav
 	@echo "wrote demo.wav (random weights: expect noise; see README for real weights)"
 
