@@ -46,12 +46,7 @@ static sgemm_fn open_sgemm(const char **from) {
 /* --cpu-time: the process's CPU seconds instead of wall time (a loaded machine deschedules the
  * bench; with --threads 1 this measures the loop itself) */
 static int g_cpu_time;
-static double now(void) {
-    if (!g_cpu_time) return dr_bench_now();
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now(void) { return g_cpu_time ? dr_bench_cpu_s() : dr_bench_now(); }
 
 typedef struct gemm_case {
     const dr_weight *w;

@@ -15,6 +15,12 @@ double dr_bench_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double dr_bench_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* 32-byte lanes (GCC vector extension) so the sum keeps up with memory on one core without
  * depending on -march; integer adds, so nothing is reordered or skipped. */
 typedef uint64_t v4u64 __attribute__((vector_size(32)));

@@ -8,7 +8,8 @@
 
 #include "base/pool.h"
 
-double dr_bench_now(void); /* monotonic seconds */
+double dr_bench_now(void);   /* monotonic seconds */
+double dr_bench_cpu_s(void); /* CPU seconds of the whole process (all its threads) */
 
 /* Read bandwidth in GB/s (1e9 bytes/s): every pool thread (NULL: the caller alone) sums its share
  * of a `bytes` buffer (0: 1 GiB, larger than any cache), best of `reps` passes (0: 5). 0 when the

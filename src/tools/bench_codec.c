@@ -71,12 +71,6 @@ static double thread_cpu_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double process_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* GHz of one core while it runs: a chain of dependent 64-bit multiplies (latency 3 cycles on
  * every x86-64 core since Core 2 and Zen; an add chain is not used because Golden Cove folds
  * add-immediate chains in the renamer and read 10 GHz on a 2.1 GHz Xeon), timed in this
@@ -332,22 +326,22 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     dr_codec_stream_reset(s);
     dr_codec_stream_set_profile(s, prof);
-    t0 = dr_bench_now(), c0 = process_cpu_s();
+    t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
     if (dr_codec_stream_feed(s, codes, frames, a, &err)) { /* a whole decode: one feed of everything */
         fprintf(stderr, "drama bench codec: %s\n", err.message);
         goto done;
     }
-    whole.seconds = dr_bench_now() - t0, whole.cpu_s = process_cpu_s() - c0;
+    whole.seconds = dr_bench_now() - t0, whole.cpu_s = dr_bench_cpu_s() - c0;
     print_row(&whole, rate, fd, peak, core_peak);
     dr_codec_stream_set_profile(s, NULL);
     dr_codec_stream_reset(s);
-    t0 = dr_bench_now(), c0 = process_cpu_s();
+    t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
     for (int64_t f = 0; f < frames; f++)
         if (dr_codec_stream_feed(s, codes + f * K, 1, b + f * FL, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
-    stream.seconds = dr_bench_now() - t0, stream.cpu_s = process_cpu_s() - c0;
+    stream.seconds = dr_bench_now() - t0, stream.cpu_s = dr_bench_cpu_s() - c0;
     print_row(&stream, rate, fd, peak, core_peak);
     int same = !memcmp(a, b, (size_t)frames * FL * 4);
     /* the first streamed chunk of a request (DR_STREAM_FIRST_CHUNK = 4 frames) on a fresh stream:
@@ -392,13 +386,13 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     if (encode) {
         int64_t T;
-        t0 = dr_bench_now(), c0 = process_cpu_s();
+        t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
         if (dr_codec_encode(codec, a, frames * FL, &enc, &T, NULL, NULL, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
         row e = {"encode", (double)T, dr_bench_now() - t0, 0};
-        e.cpu_s = process_cpu_s() - c0;
+        e.cpu_s = dr_bench_cpu_s() - c0;
         print_row(&e, rate, fe, peak, core_peak);
     }
     printf("  streaming == whole decode (bitwise): %s\n", same ? "yes" : "NO");

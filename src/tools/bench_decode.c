@@ -401,16 +401,12 @@ static int prefill_line(dr_backbone *bb, const dec_opts *o, dr_pool *pool) {
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < 2; r++) {
         dr_bb_state_reset(st);
-        struct timespec c0, c1;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-        double t0 = dr_bench_now();
+        double c0 = dr_bench_cpu_s(), t0 = dr_bench_now();
         if (dr_backbone_forward(bb, st, rows, P, hidden, NULL, NULL, pool, &e)) {
             fprintf(stderr, "drama bench decode: --prefill: %s\n", e.message);
             goto out;
         }
-        double t = dr_bench_now() - t0;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
-        double c = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+        double t = dr_bench_now() - t0, c = dr_bench_cpu_s() - c0;
         if (t < best) best = t;
         if (c < best_cpu) best_cpu = c;
     }
