@@ -100,7 +100,7 @@ static void usage(FILE *f) {
             "  --top-p P                 (0, 1] (default 0.9)\n"
             "  --cfg-gamma G             0..5 guidance strength with a reference (default 0 = off)\n"
             "  --max-frames N            failure cap per text batch (default 750)\n"
-            "  --frames N                generate exactly N frames (finish reason 'frames')\n"
+            "  --frames N                exactly N frames, earlier only at the end token (finish 'frames')\n"
             "  --frames-per-batch N      exactly N frames per text batch (long text on test models)\n"
             "  --chunk-tokens N          text tokens per batch of long text (default 64)\n"
             "  --context N               context rows before old batches leave the history (8192)\n"
