@@ -336,7 +336,7 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 
 /* Stated limit: the bytes a [2048, 2048] product must read (weights with their scales, x, y) at
  * 4.0 TB/s (the H200's HBM3e peak is 4.8), times 2, plus 10 us for the launch. */
-static double limit_ms(int f) {
+double ct_cuda_matmul_limit_ms(int f) {
     double n = 2048.0 * 2048.0, g = (double)ct_matmul_granule(f), bytes;
     switch (f) {
     case CT_F_F32: bytes = 4 * n; break;
@@ -364,7 +364,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
                              .check = check,
                              .time = time_kernel,
                              .time_shape = "[2048,2048] n=1 (CUDA events)",
-                             .limit_ms = limit_ms(f),
+                             .limit_ms = ct_cuda_matmul_limit_ms(f),
                              .variant = f,
                              .unavailable = cu_unavailable};
     n += ct_cuda_ops_kernels(out + n, max - n);
@@ -372,6 +372,8 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_codec_kernels(out + n, max - n);
     n += ct_cuda_gemm_kernels(out + n, max - n);
     n += ct_cuda_norm_kernels(out + n, max - n);
+    n += ct_cuda_stream_kernels(out + n, max - n);
+    n += ct_cuda_moe_lean_kernels(out + n, max - n);
     return n;
 }
 
@@ -396,6 +398,8 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_codec_controls(out + n, max - n);
     n += ct_cuda_gemm_controls(out + n, max - n);
     n += ct_cuda_norm_controls(out + n, max - n);
+    n += ct_cuda_stream_controls(out + n, max - n);
+    n += ct_cuda_moe_lean_controls(out + n, max - n);
     return n;
 }
 

@@ -40,10 +40,12 @@ const char *cu_unavailable(char *why, size_t why_size);
 
 /* The MoE entries (contract_cuda_moe.c): variant k->variant - CT_CUDA_MOE_FIRST selects the expert
  * format and layout; control CT_CUDA_NO_RENORM creates the device layer with norm_topk flipped,
- * CT_CUDA_MOE_UP_NEXT / _WSEL_NEXT plant the few-row kernels' defects (dr_cuda_moe_plant_defect). */
+ * CT_CUDA_MOE_UP_NEXT / _WSEL_NEXT plant the few-row kernels' defects (dr_cuda_moe_plant_defect),
+ * CT_CUDA_MOE_LEAN_NEXT the lean down kernel's (moe_lean.* entries). */
 #define CT_CUDA_MOE_VARIANTS 8
 #define CT_CUDA_MOE_FIRST 5 /* CM_MOE of contract_cuda_model.c */
-enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT };
+enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT,
+       CT_CUDA_MOE_LEAN_NEXT };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
 
@@ -61,5 +63,13 @@ int ct_cuda_codec_kernels(ct_kernel *out, int max); /* contract_cuda_codec.c */
 int ct_cuda_codec_controls(ct_kernel *out, int max);
 int ct_cuda_norm_kernels(ct_kernel *out, int max); /* contract_cuda_norm.c: the norm-fused product */
 int ct_cuda_norm_controls(ct_kernel *out, int max);
+/* contract_cuda_stream.c: the streamed n = 1 product (DRAMA_CUDA_MV1); contract_cuda_moe.c: the MoE
+ * down kernel at <= 128 registers (DRAMA_CUDA_MOE_DOWN). Neither has run on a GPU yet. */
+int ct_cuda_stream_kernels(ct_kernel *out, int max);
+int ct_cuda_stream_controls(ct_kernel *out, int max);
+int ct_cuda_moe_lean_kernels(ct_kernel *out, int max);
+int ct_cuda_moe_lean_controls(ct_kernel *out, int max);
+/* the matmul.* entries' stated time limit for format f (contract_cuda.c) */
+double ct_cuda_matmul_limit_ms(int f);
 
 #endif

@@ -29,7 +29,7 @@ static const struct {
 
 const char *ct_cuda_moe_name(int i) { return moe_v[i].name; }
 
-enum { E = 16, TOPK = 4, H = 128, I = 64, IS = 32 };
+enum { E = 16, TOPK = 4, TOPK_MAX = 8, H = 128, I = 64, IS = 32 }; /* TOPK: the moe.* entries' */
 
 static void *xm(size_t n) { return calloc(n ? n : 1, 1); }
 static void fillr(uint64_t *s, float *x, int64_t n, double scale) {
@@ -103,9 +103,9 @@ static void prod(const dr_weight *w, const float *x, const double *ex, int64_t r
 
 /* The selection of one row: ids by score (softmax is monotonic), ties to the lower id. Returns the
  * gap between the k-th and (k+1)-th eligible scores minus their bounds (<= 0: ambiguous). */
-static double choose(const ev *sc, const int *slot, int *ids) {
+static double choose(const ev *sc, const int *slot, int *ids, int tk) {
     int used[E] = {0};
-    for (int q = 0; q < TOPK; q++) {
+    for (int q = 0; q < tk; q++) {
         int b = -1;
         for (int e = 0; e < E; e++)
             if (slot[e] >= 0 && !used[e] && (b < 0 || sc[e].v > sc[b].v)) b = e;
@@ -115,23 +115,24 @@ static double choose(const ev *sc, const int *slot, int *ids) {
     int nx = -1;
     for (int e = 0; e < E; e++)
         if (slot[e] >= 0 && !used[e] && (nx < 0 || sc[e].v > sc[nx].v)) nx = e;
-    if (nx < 0 || ids[TOPK - 1] < 0) return INFINITY;
-    return sc[ids[TOPK - 1]].v - sc[nx].v - 4 * (sc[ids[TOPK - 1]].e + sc[nx].e);
+    if (nx < 0 || ids[tk - 1] < 0) return INFINITY;
+    return sc[ids[tk - 1]].v - sc[nx].v - 4 * (sc[ids[tk - 1]].e + sc[nx].e);
 }
 
 /* positive: the fp16-discriminating fixture (positive x and expert weights); its variant accumulates
  * every expert product in fp16 (the reference's alt sums) */
-static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive) {
+static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
+                     int tk, int lean) {
     const int f = moe_v[vi].f, fused = moe_v[vi].fused;
     moe_w m;
     moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s);
     float *x = xm((size_t)(n * H) * 4), *res0 = xm((size_t)(n * H) * 4), *y = xm((size_t)(n * H) * 4);
     float *alt = xm((size_t)(n * H) * 4);
     double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
-    int ids[64 * TOPK];
+    int ids[64 * TOPK_MAX];
     if (n > 64) n = 64;
     fillr(s, res0, n * H, 1);
-    ev sc[E], g[2 * I], uu[I], yr[TOPK + 1][H], sgv;
+    ev sc[E], g[2 * I], uu[I], yr[TOPK_MAX + 1][H], sgv;
     for (int i = 0; i < n && m.ok; i++) {
         float *xi = x + (int64_t)i * H;
         for (int tries = 0; tries < 200; tries++) { /* a well-defined top-k */
@@ -139,24 +140,24 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
             if (positive)
                 for (int j = 0; j < H; j++) xi[j] = (float)(0.5 + 0.5 * ct_rand_uniform(s));
             prod(&m.router.w, xi, NULL, 0, E, sc, NULL);
-            if (choose(sc, m.slot, ids + i * TOPK) > 0) break;
+            if (choose(sc, m.slot, ids + i * tk, tk) > 0) break;
         }
         double M = -INFINITY, z = 0, zc = 0, emax = 0;
         for (int e = 0; e < E; e++)
             if (m.slot[e] >= 0) M = fmax(M, sc[e].v), emax = fmax(emax, sc[e].e);
         for (int e = 0; e < E; e++)
             if (m.slot[e] >= 0) z += exp(sc[e].v - M);
-        for (int q = 0; q < TOPK; q++) zc += exp(sc[ids[i * TOPK + q]].v - M);
+        for (int q = 0; q < tk; q++) zc += exp(sc[ids[i * tk + q]].v - M);
         prod(&m.sgp.w, xi, NULL, 0, 1, &sgv, NULL);
         ev gate = ev_sigmoid(sgv);
         /* routed experts (rank order), then the shared expert */
-        double wr[TOPK];
-        float ya[TOPK + 1][H]; /* the fp16-accumulating variant's expert outputs */
-        for (int q = 0; q <= TOPK; q++) {
+        double wr[TOPK_MAX];
+        float ya[TOPK_MAX + 1][H]; /* the fp16-accumulating variant's expert outputs */
+        for (int q = 0; q <= tk; q++) {
             float ga[2 * I], ua[I];
-            int sl = q < TOPK ? m.slot[ids[i * TOPK + q]] : -1;
-            int width = q < TOPK ? I : IS;
-            if (q < TOPK) {
+            int sl = q < tk ? m.slot[ids[i * tk + q]] : -1;
+            int width = q < tk ? I : IS;
+            if (q < tk) {
                 if (fused) {
                     prod(&m.gu[sl].w, xi, NULL, 0, 2 * I, g, ga);
                     memcpy(uu, g + I, sizeof(ev) * I);
@@ -165,7 +166,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                     prod(&m.gate[sl].w, xi, NULL, 0, I, g, ga);
                     prod(&m.up[sl].w, xi, NULL, 0, I, uu, ua);
                 }
-                wr[q] = exp(sc[ids[i * TOPK + q]].v - M) / (norm ? zc : z);
+                wr[q] = exp(sc[ids[i * tk + q]].v - M) / (norm ? zc : z);
             } else {
                 prod(&m.sg.w, xi, NULL, 0, IS, g, ga);
                 prod(&m.su.w, xi, NULL, 0, IS, uu, ua);
@@ -178,23 +179,23 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                 ea[j] = a.e + fabs(a.v - (double)fa[j]);
                 faa[j] = ga[j] / (1.0f + expf(-ga[j])) * ua[j];
             }
-            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q], NULL);
+            prod(q < tk ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q], NULL);
             ev dummy[H];
-            prod(q < TOPK ? &m.down[sl].w : &m.sd.w, faa, NULL, 0, H, dummy, ya[q]);
+            prod(q < tk ? &m.down[sl].w : &m.sd.w, faa, NULL, 0, H, dummy, ya[q]);
         }
         for (int h = 0; h < H; h++) {
             ev o = ev_in(0.0);
             float ha = 0;
-            for (int q = 0; q < TOPK; q++) {
+            for (int q = 0; q < tk; q++) {
                 ev w = {wr[q], wr[q] * (2 * emax + 12 * U)};
                 o = ev_add(o, ev_mul(w, yr[q][h]));
                 ha += (float)wr[q] * ya[q][h];
             }
-            o = ev_add(o, ev_mul(gate, yr[TOPK][h]));
+            o = ev_add(o, ev_mul(gate, yr[tk][h]));
             ev out = ev_add(ev_in(res0[(int64_t)i * H + h]), o);
             ref[(int64_t)i * H + h] = out.v;
             tol[(int64_t)i * H + h] = ev_tol(out);
-            alt[(int64_t)i * H + h] = res0[(int64_t)i * H + h] + ha + (float)gate.v * ya[TOPK][h];
+            alt[(int64_t)i * H + h] = res0[(int64_t)i * H + h] + ha + (float)gate.v * ya[tk][h];
         }
     }
     /* the device layer */
@@ -205,7 +206,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         gu_d[q] = fused ? cu_weight(t, &m.gu[q].w) : NULL;
         down_d[q] = cu_weight(t, &m.down[q].w);
     }
-    dr_cuda_moe_desc d = {E, TOPK, k->control == CT_CUDA_NO_RENORM ? !norm : norm, m.n_kept, H, I, IS, m.slot,
+    dr_cuda_moe_desc d = {E, tk, k->control == CT_CUDA_NO_RENORM ? !norm : norm, m.n_kept, H, I, IS, m.slot,
                           (const dr_cuda_weight *const *)gate_d, (const dr_cuda_weight *const *)up_d,
                           (const dr_cuda_weight *const *)gu_d, (const dr_cuda_weight *const *)down_d, fused,
                           m.ok ? cu_weight(t, &m.router.w) : NULL, m.ok ? cu_weight(t, &m.sg.w) : NULL,
@@ -218,6 +219,8 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     float *yg = xm((size_t)(n * H) * 4);
     if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);
     if (dm && k->control == CT_CUDA_MOE_WSEL_NEXT) dr_cuda_moe_plant_defect(dm, 2);
+    if (dm && lean) dr_cuda_moe_set_down(dm, 1); /* the down kernel at <= 128 registers */
+    if (dm && k->control == CT_CUDA_MOE_LEAN_NEXT) dr_cuda_moe_plant_defect(dm, 3);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -227,10 +230,10 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm) dr_cuda_moe_set_group_min(dm, (int64_t)1 << 40);
     if (dm && !t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dy, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
     cu_get(t, y, dy, (size_t)(n * H) * 4);
-    int32_t got[64 * TOPK];
+    int32_t got[64 * TOPK_MAX];
     int32_t *dids = NULL;
     if (dm) dr_cuda_moe_last_route(dm, n, ws, &dids, NULL);
-    if (dids) cu_get(t, got, dids, (size_t)(n * TOPK) * 4);
+    if (dids) cu_get(t, got, dids, (size_t)(n * tk) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1);
     /* poisoned again: the grouped path must write every SwiGLU row it reads, not find the per-row path's */
     if (ws && !t->failed && dr_cuda_memset(t->c, ws, 0xFF, wsb, &t->err)) t->failed = 1;
@@ -252,7 +255,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     dr_cuda_moe_free(dm);
     char name[128];
     snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d", positive ? "fp16-discriminating " : "",
-             moe_v[vi].name, n, m.n_kept, E, TOPK, norm);
+             k->name, n, m.n_kept, E, tk, norm);
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, (int64_t)n * H);
@@ -262,10 +265,10 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         for (int64_t i = 0; i < (int64_t)n * H; i++) yrow[i] = y[i];
         ct_compare(res, "grouped by expert == per row (bit for bit)", yg, yrow, z0, (int64_t)n * H);
         free(yrow), free(z0);
-        float gi[64 * TOPK];
-        double ri[64 * TOPK], zt[64 * TOPK] = {0};
-        for (int i = 0; i < n * TOPK; i++) gi[i] = (float)got[i], ri[i] = ids[i];
-        ct_compare(res, "selected expert ids (exact)", gi, ri, zt, (int64_t)n * TOPK);
+        float gi[64 * TOPK_MAX];
+        double ri[64 * TOPK_MAX], zt[64 * TOPK_MAX] = {0};
+        for (int i = 0; i < n * tk; i++) gi[i] = (float)got[i], ri[i] = ids[i];
+        ct_compare(res, "selected expert ids (exact)", gi, ri, zt, (int64_t)n * tk);
         float rep = (float)reported;
         double one = 1, zero = 0;
         ct_compare(res, "a NaN row reports 'router produced no finite score' with its layer", &rep, &one, &zero, 1);
@@ -280,12 +283,63 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant - CT_CUDA_MOE_FIRST;
     uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0);
-    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1);
-    moe_case(k, &t, res, &s, vi, 40, 1, 0); /* 10 pairs per expert: more than one tile of the grouped path */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0);
+    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0); /* 10 pairs per expert: more than one tile of the grouped path */
     cu_close(&t);
+}
+
+/* ---- moe_lean.*: the decode down kernel at <= 128 registers (DRAMA_CUDA_MOE_DOWN=lean) ----
+ * The decode path's row counts (n <= 16) with top-3 (fewer ranks than one pass of 4), top-5 (a
+ * partial second pass) and top-8 (the model's: two passes); each case also compares the grouped
+ * path, which equals the per-row one bit for bit, so lean == the decode kernel bit for bit. */
+static char lean_names[CT_CUDA_MOE_VARIANTS][40];
+
+static void make_lean_names(void) {
+    for (int i = 0; i < CT_CUDA_MOE_VARIANTS; i++) /* "moe.bf16" -> "moe_lean.bf16" */
+        snprintf(lean_names[i], sizeof lean_names[i], "moe_lean.%s", moe_v[i].name + 4);
+}
+
+static void check_moe_lean(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    cu_t t;
+    if (cu_open(&t, res)) return;
+    int vi = k->variant;
+    uint64_t s = ctx->seed ^ (0x4c45414eull + (uint64_t)vi * 7919);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1);
+    cu_close(&t);
+}
+
+static const char *k_lean_precision =
+    "moe.*'s contract (float64 reference over the stored weights, exact ids, tol = 2x running bound) with the "
+    "down kernel at <= 128 registers; grouped == per row bit for bit";
+
+int ct_cuda_moe_lean_kernels(ct_kernel *out, int max) {
+    int n = 0;
+    make_lean_names();
+    for (int v = 0; v < CT_CUDA_MOE_VARIANTS && n < max; v++, n++)
+        out[n] = (ct_kernel){.name = lean_names[v], .backend = "cuda", .precision = k_lean_precision,
+                             .check = check_moe_lean, .variant = v, .unavailable = cu_unavailable};
+    return n;
+}
+
+int ct_cuda_moe_lean_controls(ct_kernel *out, int max) {
+    const struct { int v, control; const char *desc; } c[] = {
+        {1, CT_CUDA_MOE_LEAN_NEXT, "device: lean down kernel dots a rank's chunks with the next rank's SwiGLU row"},
+        {3, CT_CUDA_MOE_WSEL_NEXT, "device: lean down kernel weights a rank with the next rank's weight"},
+    };
+    int n = 0;
+    make_lean_names();
+    for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
+        out[n] = (ct_kernel){.name = lean_names[c[i].v], .backend = "cuda/control", .precision = k_lean_precision,
+                             .check = check_moe_lean, .variant = c[i].v, .control = c[i].control,
+                             .control_desc = c[i].desc, .unavailable = cu_unavailable};
+    return n;
 }
 
 #endif

@@ -21,6 +21,7 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_SHUFFLE_LEVEL,     /* F16: the shuffle tree stops one level early (odd lanes lost) */
     DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
     DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
+    DR_CUDA_DEFECT_RING_SLOT,         /* streamed n = 1 product, BF16 / NVFP4: the ring slot after the one waited for */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
 
@@ -29,6 +30,12 @@ typedef enum dr_cuda_defect {
  * launch error, "invalid argument"). */
 drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect,
                                          drama_error *err);
+
+/* The n = 1 products of context c from now on: 0 = matvec1_kernel (the default), 1 = the weight rows
+ * streamed through shared memory by cp.async, 2 = by bulk copies (matvec_stream.cuh; y bit for bit the
+ * same). dr_cuda_open sets it from DRAMA_CUDA_MV1 (unset: 0, "async": 1, "bulk": 2). Call it
+ * outside a capture: it opts the kernels into their shared memory. */
+drama_status dr_cuda_set_mv1(dr_cuda *c, int mode, drama_error *err);
 
 /* y[i] = dr_expf_det(x[i]) computed on the device (num/expf_det.h), for the contract's check that
  * host and device give the same bits; device_expf = 1 computes the device's own expf instead (the
@@ -44,6 +51,11 @@ void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
  * 0 = none. */
 struct dr_cuda_moe;
 void dr_cuda_moe_plant_defect(struct dr_cuda_moe *m, int defect);
+/* The few-row down kernel of the MoE layer m from now on: 0 = moe_down_decode_kernel (the default),
+ * 1 = its variant at <= 128 registers (moe_down_lean.cuh; out bit for bit the same). dr_cuda_moe_create
+ * sets it from DRAMA_CUDA_MOE_DOWN (unset: 0, "lean": 1). With it, planted defect 3 dots a rank's
+ * chunks with the next rank's SwiGLU row (inside the chunk loop). */
+void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,15 @@
 # `drama contract --only cuda --no-limits`. Binaries come from device_carry.sh in DIR.
 # Logs: $OUT/logs.tgz (refreshed after every stage); summaries on stdout.
 # $PROFILE=1: the per-op profile; $NCU="fp8": per-kernel times (ncu) of the listed formats.
+# $SWITCHES: kernel switches that are off by default (docs/cuda.md "Not yet run on a GPU"), each
+# VAR=value[,VAR=value...]; `drama bench frame` runs once more per entry, and (with $SWPARITY=1) the
+# backbone's logits / hidden and 16 seeded frames' codes with all of them on must equal the default
+# run's byte for byte (the variants are bit-identical by design). With $SWITCHES, $CONTRACT also
+# times the n = 1 products (`contract --only 'cuda/matmul*'`) and `bench_cuda_matmul` runs per
+# DRAMA_CUDA_MV1 value; $SASS=1 counts the streamed kernels' copy instructions (cuobjdump).
 # Usage: FORMATS="fp8 nvfp4" PARITY=nvfp4 CONTRACT=1 src/backend/cuda/device_frame.sh [DIR]
+# The switches in one call (< 300 s): CONTRACT=1 SASS=1 FORMATS=fp8 FRAMES=64 SWPARITY=1
+#   SWITCHES="DRAMA_CUDA_MV1=async DRAMA_CUDA_MV1=bulk DRAMA_CUDA_MOE_DOWN=lean" src/backend/cuda/device_frame.sh DIR
 set -u
 H=$(cd "$(dirname "$0")" && pwd)
 . "$H/device_env.sh"
@@ -24,6 +32,22 @@ if [ -n "${CONTRACT:-}" ]; then
     echo "contract rc=$?"
     grep -E "^(SUMMARY|FAIL|MISSED|NOT RUN)" $L/contract.txt | head -20
     grep -E "us|ms" $L/contract.txt | grep -iE "sample|time" | head -8
+    if [ -n "${SWITCHES:-}" ]; then # the n = 1 products timed: default vs streamed, [2048, 2048]
+        /tmp/drama-dev contract --only 'cuda/matmul*' >$L/contract-mm.txt 2>&1
+        grep -oE "^(PASS|FAIL) +matmul[a-z_]*\.[a-z0-9_]+|time=[0-9.]+ms" $L/contract-mm.txt | paste - - | column -t
+        for v in "" async bulk; do # n = 1 products on the model's shapes, weights beyond the L2
+            [ -x "$D/bench_cuda_matmul" ] && DRAMA_CUDA_MV1=$v "${PREFIX[@]}" "$D/bench_cuda_matmul" 9 \
+                >$L/bench-mm-${v:-default}.txt 2>&1 && { echo "-- bench_cuda_matmul, DRAMA_CUDA_MV1=${v:-unset}"; cat $L/bench-mm-${v:-default}.txt; }
+        done
+    fi
+    save
+fi
+if [ -n "${SASS:-}" ]; then # the streamed kernels' loads: LDGSTS (cp.async), UBLKCP (bulk), LDS.128
+    cuobjdump -sass "$D/drama" 2>/dev/null | awk '/Function : /{f=$3} f ~ /matvec_stream_kernel|moe_down_lean/ {
+        if ($0 ~ /LDGSTS/) a[f]++; if ($0 ~ /UBLKCP/) u[f]++; if ($0 ~ /LDS\.128/) l[f]++; if ($0 ~ /LDG\.E\.128/) g[f]++; n[f]=1 }
+        END { for (f in n) printf "%-60s LDGSTS %d UBLKCP %d LDS.128 %d LDG.E.128 %d\n", f, a[f], u[f], l[f], g[f] }' | sort | tee $L/sass.txt
+    cuobjdump -res-usage "$D/drama" 2>/dev/null | grep -A1 -E "matvec1?_?(stream_)?kernel|moe_down" | grep -oE "Function [^:]+|REG:[0-9]+|SHARED:[0-9]+" |
+        paste - - - | tee $L/regs.txt
     save
 fi
 for F in ${FORMATS:-fp8}; do
@@ -54,11 +78,34 @@ for F in ${FORMATS:-fp8}; do
         /tmp/drama-dev bench frame --backend cuda --model $M --frames $FR --prompt-rows 100 >$L/bench-$F.txt 2>&1
         echo "bench frame rc=$?"
         cat $L/bench-$F.txt | tail -30
+        for S in ${SWITCHES:-}; do # the off-by-default kernels, one switch set per run
+            env ${S//,/ } /tmp/drama-dev bench frame --backend cuda --model $M --frames $FR --prompt-rows 100 \
+                >$L/bench-$F-$S.txt 2>&1
+            echo "== $F with $S: bench frame rc=$?"
+            grep -E "ms_per_frame|achieved|ratio_to_floor|ttfa" $L/bench-$F-$S.txt
+            save
+        done
     else
         /tmp/drama-dev generate --model $M --rows $L/rows100.json --frames $FR --seed 11 --backend cuda \
             --codes-out $L/gen-$F.json 2>&1 | tail -1
     fi
     save
+    if [ -n "${SWPARITY:-}" ] && [ -n "${SWITCHES:-}" ]; then # all switches on == all off, byte for byte
+        ALL=$(echo ${SWITCHES} | tr ' ,' '\n\n' | awk -F= '{v[$1]=$0} END {for (k in v) printf "%s ", v[k]}')
+        for on in 0 1; do
+            e=(); [ $on = 1 ] && e=($ALL)
+            env "${e[@]}" /tmp/drama-dev forward --model $M --rows $L/rows16.json --backend cuda --dump $L/sw-$F-$on.st \
+                >$L/sw-fwd-$F-$on.txt 2>&1 || { echo "forward (switches $on) failed"; tail -2 $L/sw-fwd-$F-$on.txt; }
+            env "${e[@]}" /tmp/drama-dev generate --model $M --rows $L/rows16.json --frames 16 --seed 5 --backend cuda \
+                --codes-out $L/sw-codes-$F-$on.json >$L/sw-gen-$F-$on.txt 2>&1 || echo "generate (switches $on) failed"
+        done
+        cmp -s $L/sw-$F-0.st $L/sw-$F-1.st && echo "-- $F: forward with [$ALL] == default, byte for byte" ||
+            { echo "-- $F: forward with [$ALL] DIFFERS from default"; python3 "$H/device_cmp.py" $L/sw-$F-1.st $L/sw-$F-0.st; }
+        cmp -s $L/sw-codes-$F-0.json $L/sw-codes-$F-1.json && echo "-- $F: 16 seeded frames, codes equal" ||
+            echo "-- $F: 16 seeded frames, codes DIFFER"
+        rm -f $L/sw-$F-*.st
+        save
+    fi
     if [[ " ${PARITY:-} " == *" $F "* ]]; then
         for b in cuda cpu; do
             /tmp/drama-dev forward --model $M --rows $L/rows16.json --backend $b --threads $T --dump $L/fwd-$F-$b.st \

@@ -114,6 +114,8 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->router = d->router, m->sh_gate_proj = d->sh_gate_proj;
     const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED"); /* 0: every call per row (measurements) */
     m->group_min_n = grp && !strcmp(grp, "0") ? ((int64_t)1 << 40) : DR_CUDA_MOE_GROUP_MIN_N;
+    const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* lean: the down kernel at <= 128 registers (not yet measured) */
+    m->down_lean = dn && !strcmp(dn, "lean");
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -322,7 +324,8 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0)
         return dr_cuda_check(moe_decode_launch(c->stream, m->down_fmt, n, m->topk, w.slots, w.wsel, w.sg, m->experts,
-                                               m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect),
+                                               m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect,
+                                               m->down_lean),
                              "MoE decode expert launches", err);
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));
@@ -348,6 +351,10 @@ drama_status dr_cuda_seam_moe(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const
 
 extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
     if (m) m->defect = defect;
+}
+
+extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
+    if (m) m->down_lean = lean != 0;
 }
 
 extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const dr_cuda_weight *up,

@@ -9,7 +9,7 @@
  * Rows here have no ragged chunk (moe.cu takes this path only when H, I and Is are multiples of 32
  * values: whole chunks in every format), so only the full-chunk code is compiled. `defect` (the
  * contract's planted controls, dr_cuda_moe_plant_defect; 0 in production): 1 reads the up row of the
- * next output, 2 weights each rank with the next rank's routing weight. */
+ * next output, 2 weights each rank with the next rank's routing weight (3: moe_down_lean.cuh). */
 #ifndef DRAMA_BACKEND_CUDA_MOE_DECODE_CUH
 #define DRAMA_BACKEND_CUDA_MOE_DECODE_CUH
 
@@ -174,20 +174,29 @@ moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, c
     }
 }
 
+#include "backend/cuda/moe_down_lean.cuh"
+
 /* The two expert launches for n <= MOE_DECODE_MAX_N rows; routed_fmt: the routed experts' one down
- * format (moe.cu checked it and the widths). */
+ * format (moe.cu checked it and the widths); lean: the down kernel at <= 128 registers. */
 static cudaError_t moe_decode_launch(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
                                      const float *wsel, const float *sg, const moe_expert *experts,
                                      const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
-                                     const float *x, float *act, float *out, int add, int defect) {
+                                     const float *x, float *act, float *out, int add, int defect, int lean) {
     int64_t wmax = I > Is ? I : Is;
     dim3 g1((unsigned)((wmax + GU2_WARPS - 1) / GU2_WARPS), (unsigned)(n * (k + 1)));
     gate_up_decode_kernel<<<g1, GU2_WARPS * 32, 0, stream>>>(n, k, slots, experts, shared, I, Is, W, H, x, act, defect);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 g2((unsigned)((H + DN_OUT - 1) / DN_OUT), (unsigned)n);
-    moe_down_decode_kernel<<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared, I, W,
-                                                               H, act, out, add, defect);
+    if (lean && defect == 3)
+        moe_down_lean_kernel<3><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
+                                                                     I, W, H, act, out, add, defect);
+    else if (lean)
+        moe_down_lean_kernel<0><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
+                                                                     I, W, H, act, out, add, defect);
+    else
+        moe_down_decode_kernel<<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
+                                                                   I, W, H, act, out, add, defect);
     return cudaGetLastError();
 }
 
