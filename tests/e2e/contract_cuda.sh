@@ -31,6 +31,15 @@ for k in rms_norm embed tower_input guidance attn_prep attention expf_det gdn_co
          moe.pruned_nvfp4 codec.conv1d codec.conv_fused codec.conv_tanh; do
     grep -Eq "^PASS $k +cuda " "$out" || { echo "FAIL: cuda $k missing"; exit 1; }
 done
+# the off-by-default variants (DRAMA_CUDA_MV1, DRAMA_CUDA_MOE_DOWN; docs/cuda.md "Not yet run on a GPU")
+for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 affine4_g128 affine8_g128; do
+    for m in async bulk; do
+        grep -Eq "^PASS matmul_$m\.$k +cuda " "$out" || { echo "FAIL: cuda matmul_$m.$k missing"; exit 1; }
+    done
+done
+for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do
+    grep -Eq "^PASS moe_lean\.$k +cuda " "$out" || { echo "FAIL: cuda moe_lean.$k missing"; exit 1; }
+done
 grep -q "discr=NO" "$out" && { echo "FAIL: a fixture does not discriminate"; exit 1; }
 # selection by backend/name picks one format and its control only
 "$DRAMA_BIN" contract --only 'cuda/matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only cuda/matmul.nvfp4"; exit 1; }
