@@ -42,7 +42,8 @@ if [ -n "${CONTRACT:-}" ]; then
     fi
     save
 fi
-if [ -n "${SASS:-}" ]; then # the streamed kernels' loads: LDGSTS (cp.async), UBLKCP (bulk), LDS.128
+if [ -n "${SASS:-}" ] && ! command -v cuobjdump >/dev/null; then echo "SASS: no cuobjdump on this machine"; fi
+if [ -n "${SASS:-}" ] && command -v cuobjdump >/dev/null; then # the streamed kernels' loads: LDGSTS, UBLKCP, LDS.128
     cuobjdump -sass "$D/drama" 2>/dev/null | awk '/Function : /{f=$3} f ~ /matvec_stream_kernel|moe_down_lean/ {
         if ($0 ~ /LDGSTS/) a[f]++; if ($0 ~ /UBLKCP/) u[f]++; if ($0 ~ /LDS\.128/) l[f]++; if ($0 ~ /LDG\.E\.128/) g[f]++; n[f]=1 }
         END { for (f in n) printf "%-60s LDGSTS %d UBLKCP %d LDS.128 %d LDG.E.128 %d\n", f, a[f], u[f], l[f], g[f] }' | sort | tee $L/sass.txt
