@@ -107,7 +107,7 @@ T2 INL void across256(const cd_conv_job *j, int ob, int64_t t, const int N) {
     R7(DECL)
 #undef DECL
     for (int i = 0; i < cin; i++) {
-        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *xr = j->x + (int64_t)i * j->lx + t - j->xt0;
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {
@@ -181,7 +181,7 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
     R8(DECL)
 #undef DECL
     for (int i = 0; i < cin; i++) {
-        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *xr = j->x + (int64_t)i * j->lx + t - j->xt0;
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {
@@ -260,7 +260,7 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
     R4(DECL)
 #undef DECL
     for (int i = 0; i < cin; i++) {
-        const float *xr = j->x + (int64_t)i * j->lx + t;
+        const float *xr = j->x + (int64_t)i * j->lx + t - j->xt0;
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {

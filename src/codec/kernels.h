@@ -22,7 +22,8 @@ typedef struct cd_conv_job {
     int cin, cout, k, dil, stride, groups;
     const float *x;  /* [cin][lx] with history in front (SIMD strided convs: each row phase-major) */
     int64_t lx;
-    const int64_t *toff; /* SIMD kernels: tap k reads x[i * lx + t + toff[k]] for output step t */
+    const int64_t *toff; /* SIMD kernels: tap k reads x[i * lx + t - xt0 + toff[k]] for output step t */
+    int64_t xt0;         /* SIMD kernels: the output step of x's column 0 (a tile's panel) */
     float *y;
     int64_t ldy, ystep, yoff;
     int64_t ly;        /* output steps */

@@ -196,17 +196,65 @@ __attribute__((target_clones("avx2", "default")))
 static void conv_block_strided(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { steps_across_outputs(j, ob, t0, nt); }
 
 /* one conv call: n_phase output phases (transposed convs; 1 otherwise) x weight blocks x tiles */
+#define CD_MAX_SEG CD_MAX_TAPS
 typedef struct conv_run {
     cd_conv_job j;
     int isa, simd, n_phase; /* simd: the SIMD kernels run it (groups 1, at most CD_MAX_TAPS taps) */
     int64_t toff[CD_MAX_TAPS];
     int64_t phase_len; /* floats of packed weights per phase */
     int64_t n_ob, n_tiles;
+    /* SIMD: each worker copies the input columns of its tile into a contiguous panel of cin rows
+     * of prow floats (one segment of columns per cluster of tap offsets), kept while its next
+     * tasks are on the same tile */
+    int n_seg;
+    int64_t seg_lo[CD_MAX_SEG], seg_len[CD_MAX_SEG], seg_at[CD_MAX_SEG]; /* columns past t0, extra length, panel column */
+    int64_t ptoff[CD_MAX_TAPS]; /* tap offsets in the panel */
+    int64_t prow;
+    float *panel;     /* [workers][cin][prow] */
+    int64_t *tile_of; /* [workers]: tile held in the worker's panel, -1 none */
 } conv_run;
 
+/* tap offsets -> column segments of the panel (sorted offsets; a gap wider than a tile starts a new one) */
+static void plan_panel(conv_run *cr, int K) {
+    int64_t v[CD_MAX_TAPS];
+    for (int k = 0; k < K; k++) v[k] = cr->toff[k];
+    for (int a = 1; a < K; a++) /* insertion sort: K <= 64 */
+        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
+            int64_t t = v[b];
+            v[b] = v[b - 1], v[b - 1] = t;
+        }
+    int n = 0;
+    int64_t at = 0;
+    for (int k = 0; k < K; k++) {
+        if (n == 0 || v[k] - (cr->seg_lo[n - 1] + cr->seg_len[n - 1]) > CD_TILE) {
+            if (n) at += cr->seg_len[n - 1] + CD_TILE;
+            cr->seg_lo[n] = v[k], cr->seg_len[n] = 0, cr->seg_at[n] = at, n++;
+        }
+        cr->seg_len[n - 1] = v[k] - cr->seg_lo[n - 1];
+    }
+    at += cr->seg_len[n - 1] + CD_TILE;
+    cr->n_seg = n;
+    for (int k = 0; k < K; k++)
+        for (int g = n - 1; g >= 0; g--)
+            if (cr->toff[k] >= cr->seg_lo[g]) {
+                cr->ptoff[k] = cr->seg_at[g] + cr->toff[k] - cr->seg_lo[g];
+                break;
+            }
+    int64_t row = (at + 15) / 16 * 16;
+    cr->prow = row % 1024 ? row : row + 16; /* rows 4 KB apart would share cache sets */
+}
+
+static void pack_panel(const conv_run *cr, int64_t t0, int64_t nt, float *panel) {
+    for (int i = 0; i < cr->j.cin; i++) {
+        const float *src = cr->j.x + (int64_t)i * cr->j.lx + t0;
+        float *dst = panel + (int64_t)i * cr->prow;
+        for (int g = 0; g < cr->n_seg; g++)
+            memcpy(dst + cr->seg_at[g], src + cr->seg_lo[g], (size_t)(cr->seg_len[g] + nt) * sizeof(float));
+    }
+}
+
 static void conv_task(void *ctx, int64_t idx, int worker) {
-    (void)worker;
-    const conv_run *cr = ctx;
+    conv_run *cr = ctx;
     /* tile-major: a thread's contiguous run of tasks shares one input tile across phases and weight
      * blocks, so the tile is read from memory once and then from its cache (ob-major order read
      * every tile again for each weight block: from DRAM once activations outgrow the caches) */
@@ -217,6 +265,9 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
     j.yoff = q;
     int64_t t0 = tile * CD_TILE, nt = j.ly - t0 < CD_TILE ? j.ly - t0 : CD_TILE;
     if (cr->simd) {
+        float *panel = cr->panel + (int64_t)worker * cr->j.cin * cr->prow;
+        if (cr->tile_of[worker] != tile) pack_panel(cr, t0, nt, panel), cr->tile_of[worker] = tile;
+        j.x = panel, j.lx = cr->prow, j.toff = cr->ptoff, j.xt0 = t0;
         if (cr->isa == CD_ISA_AVX512) cd_conv_tile_avx512(&j, (int)ob, t0, nt);
         else if (cr->isa == CD_ISA_AVX2) cd_conv_tile_avx2(&j, (int)ob, t0, nt);
     } else if (j.stride == 1 && j.groups == 1) {
@@ -306,7 +357,19 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
     }
     cr.n_tiles = (cr.j.ly + CD_TILE - 1) / CD_TILE;
     cr.n_ob = (cv->cout + OB - 1) / OB;
+    if (simd) {
+        plan_panel(&cr, K);
+        int nw = dr_pool_threads(pool);
+        size_t pb;
+        if (!dr_mul_size((size_t)nw * (size_t)cv->cin, (size_t)cr.prow * sizeof(float), &pb) ||
+            !(cr.panel = dr_alloc(pb)) || !(cr.tile_of = malloc((size_t)nw * sizeof *cr.tile_of))) {
+            dr_free(cr.panel), dr_free(buf);
+            return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (conv panels)");
+        }
+        for (int w = 0; w < nw; w++) cr.tile_of[w] = -1;
+    }
     dr_pool_run(pool, cr.n_phase * cr.n_ob * cr.n_tiles, conv_task, &cr);
+    dr_free(cr.panel), free(cr.tile_of);
     if (cv->hist > 0) { /* keep the last hist input columns for the next call */
         for (int i = 0; i < cv->cin; i++) {
             const float *br = buf + (int64_t)i * row;
