@@ -12,6 +12,8 @@
 #include "codec/internal.h"
 
 #define CHUNK 16
+#define SLICE (256 * 1024) /* floats of a block output that run_blocks keeps in one piece */
+#define SLICE_MIN 128      /* input steps of a slice, at least */
 
 struct dr_codec_stream {
     const dr_codec *c;
@@ -163,13 +165,61 @@ static drama_status next_buf(act *a, int64_t ch, int64_t len, drama_error *err) 
 
 /* run conv cv on *a, replacing it by the output */
 static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *pool, drama_error *err) {
-    act o;
+    act o = {0};
     drama_status rc = next_buf(&o, cv->cout, cd_conv_out_len(cv, a->len), err);
     if (!rc) rc = cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, o.x, pool, err);
     dr_free(a->x);
     *a = o;
     if (rc) dr_free(o.x), a->x = NULL;
     return rc;
+}
+
+/* decoder blocks b.. and the output layers on a (consumed: a->x freed) -> out. A block whose
+ * output would outgrow the caches (SLICE floats) runs on time slices of its input, each slice
+ * through all later blocks before the next: activations stay in L2 instead of streaming through
+ * memory at every conv, and, as every layer carries its history, the samples are the same. */
+static drama_status run_blocks(dr_codec_stream *s, int b, act *a, float *out, double *t0, drama_error *err) {
+    const dr_codec *c = s->c;
+    const dr_codec_config *cf = &c->cfg;
+    dr_pool *pool = s->pool ? s->pool : c->pool;
+    float **hist = s->st.conv;
+    drama_status rc = DRAMA_OK;
+    if (b == cf->n_decoder_rates) {
+        cd_snake_run(&c->dec_snake, a->x, a->len, pool);
+        if (!(rc = conv_step(&c->dec_out, hist, a, pool, err))) cd_tanh(a->x, out, a->len, pool);
+        lap(s, DR_CODEC_N_STAGES - 1, t0);
+        dr_free(a->x), a->x = NULL;
+        return rc;
+    }
+    const cd_dec_block *db = &c->dec[b];
+    int64_t per_step = 1; /* output samples per input step of block b */
+    for (int i = b; i < cf->n_decoder_rates; i++) per_step *= c->dec[i].up.stride;
+    /* at least SLICE_MIN steps: the upsampling conv reads all its weights once per call */
+    int64_t step_floats = (int64_t)db->up.cout * db->up.stride, slice = SLICE / step_floats;
+    if (slice < SLICE_MIN) slice = SLICE_MIN;
+    if (a->len > slice) {
+        for (int64_t t = 0; t < a->len && !rc; t += slice) {
+            act p;
+            int64_t n = a->len - t < slice ? a->len - t : slice;
+            if ((rc = next_buf(&p, a->ch, n, err))) break;
+            for (int64_t ch = 0; ch < a->ch; ch++) memcpy(p.x + ch * n, a->x + ch * a->len + t, (size_t)n * sizeof(float));
+            rc = run_blocks(s, b, &p, out + t * per_step, t0, err);
+            dr_free(p.x);
+        }
+        dr_free(a->x), a->x = NULL;
+        return rc;
+    }
+    int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
+    cd_snake_run(&db->snake, a->x, a->len, pool);
+    if ((rc = conv_step(&db->up, hist, a, pool, err))) return rc;
+    lap(s, st, t0);
+    for (int r = 0; r < cf->n_dilations && !rc; r++) rc = cd_ru_run(&db->ru[r], hist, a->x, a->len, pool, err);
+    lap(s, st + 1, t0);
+    if (rc) {
+        dr_free(a->x), a->x = NULL;
+        return rc;
+    }
+    return run_blocks(s, b + 1, a, out, t0, err);
 }
 
 static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64_t T, float *out, drama_error *err) {
@@ -220,20 +270,7 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     lap(s, 1, &t0);
     if ((rc = conv_step(&c->dec_in, hist, &a, pool, err))) goto done;
     lap(s, 2, &t0);
-    for (int b = 0; b < cf->n_decoder_rates; b++) {
-        const cd_dec_block *db = &c->dec[b];
-        int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
-        cd_snake_run(&db->snake, a.x, a.len, pool);
-        if ((rc = conv_step(&db->up, hist, &a, pool, err))) goto done;
-        lap(s, st, &t0);
-        for (int r = 0; r < cf->n_dilations; r++)
-            if ((rc = cd_ru_run(&db->ru[r], hist, a.x, a.len, pool, err))) goto done;
-        lap(s, st + 1, &t0);
-    }
-    cd_snake_run(&c->dec_snake, a.x, a.len, pool);
-    if ((rc = conv_step(&c->dec_out, hist, &a, pool, err))) goto done;
-    cd_tanh(a.x, out, a.len, pool);
-    lap(s, DR_CODEC_N_STAGES - 1, &t0);
+    rc = run_blocks(s, 0, &a, out, &t0, err);
 done:
     dr_free(a.x);
     return rc;
