@@ -249,26 +249,22 @@ T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, 
     }
 }
 
-/* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block) */
+/* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block).
+ * KC > 0: the conv has KC taps, unrolled with their offsets in registers (no per-tap arithmetic
+ * beside the loads and FMAs: integer uops would take the FMA ports); KC = 0: j->k taps. */
 #define R4(X) X(0) X(1) X(2) X(3)
-T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, const int NV, const int FULL) {
-    int cin = j->cin, K = j->k, o0 = ob * 8 + h;
+T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, const int NV, const int FULL,
+                     const int KC) {
+    int cin = j->cin, K = KC ? KC : j->k, o0 = ob * 8 + h;
     int no = j->cout - o0 < 4 ? j->cout - o0 : 4;
     const float *wb = j->w + (int64_t)ob * cin * K * 8 + h;
+    const int64_t *to = j->toff;
+    int64_t tk[8] = {0};
+    for (int k = 0; k < KC; k++) tk[k] = to[k];
     __m256i m0 = mask8(n), m1 = mask8(n - 8), m2 = mask8(n - 16);
 #define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
     R4(DECL)
 #undef DECL
-    for (int i = 0; i < cin; i++) {
-        const float *xr = j->x + (int64_t)i * j->lx + t - j->xt0;
-        const float *wr = wb + (int64_t)i * K * 8;
-        int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
-        for (int k = 0; k < kend; k++) {
-            const float *xk = xr + j->toff[k], *w4 = wr + (int64_t)k * 8;
-            __m256 x0, x1, x2; /* full blocks: plain loads (the masks would spill a register) */
-            x0 = FULL ? _mm256_loadu_ps(xk) : _mm256_maskload_ps(xk, m0), x1 = x2 = x0;
-            if (NV > 1) x1 = FULL ? _mm256_loadu_ps(xk + 8) : _mm256_maskload_ps(xk + 8, m1);
-            if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);
 #define FMA(r)                                                          \
     {                                                                   \
         __m256 wv = _mm256_broadcast_ss(w4 + r);                        \
@@ -276,10 +272,31 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
         if (NV > 1) a##r##1 = _mm256_fmadd_ps(wv, x1, a##r##1);         \
         if (NV > 2) a##r##2 = _mm256_fmadd_ps(wv, x2, a##r##2);         \
     }
-            R4(FMA)
-#undef FMA
+#define TAP(XK, W4)                                                                          \
+    {                                                                                        \
+        const float *xk = (XK), *w4 = (W4);                                                  \
+        __m256 x0, x1, x2; /* full blocks: plain loads (the masks would spill a register) */ \
+        x0 = FULL ? _mm256_loadu_ps(xk) : _mm256_maskload_ps(xk, m0), x1 = x2 = x0;          \
+        if (NV > 1) x1 = FULL ? _mm256_loadu_ps(xk + 8) : _mm256_maskload_ps(xk + 8, m1);    \
+        if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);  \
+        R4(FMA)                                                                              \
+    }
+    const float *xr = j->x + t - j->xt0, *wr = wb;
+    int i = 0;
+    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */
+        for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)
+        i = 1, xr += j->lx, wr += K * 8;
+    }
+    for (; i < cin; i++, xr += j->lx, wr += K * 8) {
+        if (KC) {
+#pragma GCC unroll 8
+            for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)
+        } else {
+            for (int k = 0; k < K; k++) TAP(xr + to[k], wr + k * 8)
         }
     }
+#undef TAP
+#undef FMA
 #define PUT(r)                                                          \
     if (r < no) {                                                       \
         put256(j, o0 + r, t, a##r##0, m0, n);                           \
@@ -290,15 +307,23 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
 #undef PUT
 }
 
-T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+T2 INL void tile256(const cd_conv_job *j, int ob, int64_t t0, int64_t nt, const int KC) {
     int64_t full = nt / 24 * 24, rem = nt - full;
     for (int h = 0; h < 8 && ob * 8 + h < j->cout; h += 4) {
-        for (int64_t t = 0; t < full; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1);
-        if (rem > 16) block256(j, ob, h, t0 + full, rem, 3, 0);
-        else if (rem > 8) block256(j, ob, h, t0 + full, rem, 2, 0);
-        else if (rem == 8) block256(j, ob, h, t0 + full, rem, 1, 0);
+        for (int64_t t = 0; t < full; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1, KC);
+        if (rem > 16) block256(j, ob, h, t0 + full, rem, 3, 0, KC);
+        else if (rem > 8) block256(j, ob, h, t0 + full, rem, 2, 0, KC);
+        else if (rem == 8) block256(j, ob, h, t0 + full, rem, 1, 0, KC);
     }
     if (rem > 0 && rem < 8) across_tail(j, ob, t0 + full, rem); /* all 8 outputs at once */
+}
+
+/* the residual units' 7 taps get their own unrolled copy (1 and 2 taps ran slower unrolled) */
+T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+    switch (j->k) {
+    case 7: tile256(j, ob, t0, nt, 7); break;
+    default: tile256(j, ob, t0, nt, 0); break;
+    }
 }
 
 T2 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
