@@ -171,24 +171,18 @@ T5 INL void put512(const cd_conv_job *j, int o, int64_t t, __m512 a, __mmask16 m
 }
 
 /* NV vectors of 16 steps from t (n of them valid) for the 8 outputs of block ob. The 24
- * accumulators are named variables (an array would live on the stack). */
+ * accumulators are named variables (an array would live on the stack). KC as in block256. */
 #define R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const int NV) {
-    int cin = j->cin, K = j->k, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const int NV, const int KC) {
+    int cin = j->cin, K = KC ? KC : j->k, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
     const float *wb = j->w + (int64_t)ob * cin * K * 8;
+    const int64_t *to = j->toff;
+    int64_t tk[8] = {0};
+    for (int k = 0; k < KC; k++) tk[k] = to[k];
     __mmask16 m0 = mask16(n), m1 = mask16(n - 16), m2 = mask16(n - 32);
 #define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
     R8(DECL)
 #undef DECL
-    for (int i = 0; i < cin; i++) {
-        const float *xr = j->x + (int64_t)i * j->lx + t - j->xt0;
-        const float *wr = wb + (int64_t)i * K * 8;
-        int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
-        for (int k = 0; k < kend; k++) {
-            const float *xk = xr + j->toff[k], *w8 = wr + (int64_t)k * 8;
-            __m512 x0 = _mm512_maskz_loadu_ps(m0, xk), x1 = x0, x2 = x0;
-            if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1, xk + 16);
-            if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);
 #define FMA(r)                                                          \
     {                                                                   \
         __m512 wv = _mm512_set1_ps(w8[r]);                              \
@@ -196,10 +190,30 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
         if (NV > 1) a##r##1 = _mm512_fmadd_ps(wv, x1, a##r##1);         \
         if (NV > 2) a##r##2 = _mm512_fmadd_ps(wv, x2, a##r##2);         \
     }
-            R8(FMA)
-#undef FMA
+#define TAP(XK, W8)                                                     \
+    {                                                                   \
+        const float *xk = (XK), *w8 = (W8);                             \
+        __m512 x0 = _mm512_maskz_loadu_ps(m0, xk), x1 = x0, x2 = x0;    \
+        if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1, xk + 16);            \
+        if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);            \
+        R8(FMA)                                                         \
+    }
+    const float *xr = j->x + t - j->xt0, *wr = wb;
+    int i = 0;
+    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */
+        for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)
+        i = 1, xr += j->lx, wr += K * 8;
+    }
+    for (; i < cin; i++, xr += j->lx, wr += K * 8) {
+        if (KC) {
+#pragma GCC unroll 8
+            for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)
+        } else {
+            for (int k = 0; k < K; k++) TAP(xr + to[k], wr + k * 8)
         }
     }
+#undef TAP
+#undef FMA
 #define PUT(r)                                                          \
     if (r < no) {                                                       \
         put512(j, o0 + r, t, a##r##0, m0);                              \
@@ -210,14 +224,20 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
 #undef PUT
 }
 
-T5 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+T5 INL void tile512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt, const int KC) {
     int64_t t = 0;
-    for (; t + 48 <= nt; t += 48) block512(j, ob, t0 + t, 48, 3);
+    for (; t + 48 <= nt; t += 48) block512(j, ob, t0 + t, 48, 3, KC);
     int64_t rem = nt - t;
-    if (rem > 32) block512(j, ob, t0 + t, rem, 3);
-    else if (rem > 16) block512(j, ob, t0 + t, rem, 2);
-    else if (rem >= 8) block512(j, ob, t0 + t, rem, 1);
+    if (rem > 32) block512(j, ob, t0 + t, rem, 3, KC);
+    else if (rem > 16) block512(j, ob, t0 + t, rem, 2, KC);
+    else if (rem >= 8) block512(j, ob, t0 + t, rem, 1, KC);
     else if (rem > 0) across_tail(j, ob, t0 + t, rem);
+}
+
+/* the residual units' 7 taps get their own unrolled copy */
+T5 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+    if (j->k == 7) tile512(j, ob, t0, nt, 7);
+    else tile512(j, ob, t0, nt, 0);
 }
 
 T5 void cd_snake_row_avx512(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
