@@ -214,8 +214,9 @@ typedef struct conv_run {
     int64_t *tile_of; /* [workers]: tile held in the worker's panel, -1 none */
 } conv_run;
 
-/* tap offsets -> column segments of the panel (sorted offsets; a gap wider than a tile starts a new one) */
-static void plan_panel(conv_run *cr, int K) {
+/* tap offsets -> column segments of the panel for tiles of at most tw steps (sorted offsets; a gap
+ * wider than a tile starts a new one) */
+static void plan_panel(conv_run *cr, int K, int64_t tw) {
     int64_t v[CD_MAX_TAPS];
     for (int k = 0; k < K; k++) v[k] = cr->toff[k];
     for (int a = 1; a < K; a++) /* insertion sort: K <= 64 */
@@ -226,13 +227,13 @@ static void plan_panel(conv_run *cr, int K) {
     int n = 0;
     int64_t at = 0;
     for (int k = 0; k < K; k++) {
-        if (n == 0 || v[k] - (cr->seg_lo[n - 1] + cr->seg_len[n - 1]) > CD_TILE) {
-            if (n) at += cr->seg_len[n - 1] + CD_TILE;
+        if (n == 0 || v[k] - (cr->seg_lo[n - 1] + cr->seg_len[n - 1]) > tw) {
+            if (n) at += cr->seg_len[n - 1] + tw;
             cr->seg_lo[n] = v[k], cr->seg_len[n] = 0, cr->seg_at[n] = at, n++;
         }
         cr->seg_len[n - 1] = v[k] - cr->seg_lo[n - 1];
     }
-    at += cr->seg_len[n - 1] + CD_TILE;
+    at += cr->seg_len[n - 1] + tw;
     cr->n_seg = n;
     for (int k = 0; k < K; k++)
         for (int g = n - 1; g >= 0; g--)
@@ -358,7 +359,7 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
     cr.n_tiles = (cr.j.ly + CD_TILE - 1) / CD_TILE;
     cr.n_ob = (cv->cout + OB - 1) / OB;
     if (simd) {
-        plan_panel(&cr, K);
+        plan_panel(&cr, K, cr.j.ly < CD_TILE ? cr.j.ly : CD_TILE); /* short calls: short rows */
         int nw = dr_pool_threads(pool);
         size_t pb;
         if (!dr_mul_size((size_t)nw * (size_t)cv->cin, (size_t)cr.prow * sizeof(float), &pb) ||
