@@ -19,6 +19,12 @@ drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets
 
 drama_status dr_gen_lm_open_on(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
                                const dr_backend_choice *backend, dr_gen_lm **out, drama_error *err) {
+    return dr_gen_lm_open_tok(dir, sets, n_sets, threads, pool, backend, NULL, out, err);
+}
+
+drama_status dr_gen_lm_open_tok(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
+                                const dr_backend_choice *backend, const dr_tok *tok, dr_gen_lm **out,
+                                drama_error *err) {
     *out = NULL;
     dr_gen_lm *lm = dr_calloc(1, sizeof *lm);
     if (!lm) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
@@ -28,9 +34,12 @@ drama_status dr_gen_lm_open_on(const char *dir, const char *const *sets, int n_s
     dr_manifest_free(manifest);
     if (!st) st = dr_config_load(dir, sets, n_sets, &lm->cfg, err);
     char path[4096];
-    if (!st) {
+    if (!st && tok) {
+        lm->tok = tok;
+    } else if (!st) {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-        st = dr_tok_load(path, &lm->tok, err);
+        st = dr_tok_load(path, &lm->own_tok, err);
+        lm->tok = lm->own_tok;
     }
     if (!st) st = dr_ckpt_open(dir, &lm->ckpt, err);
     if (!st) st = dr_loader_create(lm->ckpt, lm->cfg, &lm->ld, err);
@@ -92,7 +101,7 @@ void dr_gen_lm_close(dr_gen_lm *lm) {
     dr_backbone_release(&lm->bb);
     dr_loader_free(lm->ld);
     dr_ckpt_close(lm->ckpt);
-    dr_tok_free(lm->tok);
+    dr_tok_free(lm->own_tok);
     dr_config_free(lm->cfg);
     if (lm->own_pool) dr_pool_free(lm->pool);
     dr_free(lm);
