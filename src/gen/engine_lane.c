@@ -243,8 +243,11 @@ void dr_lane_prepare(drama_engine *e, dr_lane *l) {
     }
     if (st == DRAMA_OK) {
         phase(l, DRAMA_PHASE_LOAD);
+        dr_pl_codec_preload *pre = dr_pl_codec_preload_start(m); /* 2+ threads: the codec loads alongside */
         st = dr_pl_lm_acquire(m, err);
         if (st == DRAMA_OK && dr_lane_cancelled(l)) st = dr_fail(err, DRAMA_ECANCELLED, "cancelled while loading");
+        drama_status cst = dr_pl_codec_preload_finish(m, pre, st == DRAMA_OK, err);
+        if (st == DRAMA_OK) st = cst;
     }
     if (st == DRAMA_OK) {
         if (!m->codec && !m->low_memory) st = dr_pl_codec_acquire(m, DR_CODEC_LOAD_DECODER, err);

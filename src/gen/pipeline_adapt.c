@@ -104,12 +104,9 @@ static drama_status codec_matches(const drama_model *m, const dr_codec *codec, d
     return DRAMA_OK;
 }
 
-drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err) {
-    if (m->codec) return DRAMA_OK;
-    unsigned load = m->low_memory ? parts : DR_CODEC_LOAD_ALL;
-    dr_codec *c = NULL;
-    drama_status st = dr_codec_open(m->dir, load, &c, err);
-    if (st == DRAMA_OK) st = codec_matches(m, c, err);
+/* The rest of dr_pl_codec_acquire once the codec's files are open (c is consumed). */
+static drama_status codec_install(drama_model *m, dr_codec *c, unsigned load, drama_error *err) {
+    drama_status st = codec_matches(m, c, err);
     /* the decoder runs where the language model runs (--backend); the encoder stays on the CPU */
     if (st == DRAMA_OK && (load & DR_CODEC_LOAD_DECODER)) st = dr_backend_codec_attach(&m->backend, c, NULL, err);
     dr_codec *view = NULL;
@@ -125,6 +122,51 @@ drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *er
     m->enc_view = view;
     pthread_rwlock_unlock(&m->codec_lock);
     return DRAMA_OK;
+}
+
+drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err) {
+    if (m->codec) return DRAMA_OK;
+    unsigned load = m->low_memory ? parts : DR_CODEC_LOAD_ALL;
+    dr_codec *c = NULL;
+    drama_status st = dr_codec_open(m->dir, load, &c, err);
+    return st == DRAMA_OK ? codec_install(m, c, load, err) : st;
+}
+
+struct dr_pl_codec_preload {
+    pthread_t thread;
+    const char *dir;
+    dr_codec *c;
+    drama_status st;
+    drama_error err;
+};
+
+static void *preload_main(void *arg) {
+    dr_pl_codec_preload *p = arg;
+    p->st = dr_codec_open(p->dir, DR_CODEC_LOAD_ALL, &p->c, &p->err);
+    return NULL;
+}
+
+dr_pl_codec_preload *dr_pl_codec_preload_start(drama_model *m) {
+    if (m->codec || m->low_memory || dr_pool_threads(m->pool) < 2) return NULL;
+    dr_pl_codec_preload *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->dir = m->dir;
+    if (pthread_create(&p->thread, NULL, preload_main, p) != 0) {
+        free(p);
+        return NULL; /* the codec loads on the caller's thread later, as without a preload */
+    }
+    return p;
+}
+
+drama_status dr_pl_codec_preload_finish(drama_model *m, dr_pl_codec_preload *p, int use, drama_error *err) {
+    if (!p) return DRAMA_OK;
+    pthread_join(p->thread, NULL);
+    drama_status st = p->st;
+    if (st != DRAMA_OK && use && err) *err = p->err;
+    if (st == DRAMA_OK && use && !m->codec) st = codec_install(m, p->c, DR_CODEC_LOAD_ALL, err);
+    else dr_codec_free(p->c); /* failed (NULL), not wanted, or a codec came in meanwhile */
+    free(p);
+    return use ? st : DRAMA_OK;
 }
 
 drama_status dr_pl_codec_check(drama_model *m, drama_error *err) {

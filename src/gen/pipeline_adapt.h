@@ -47,6 +47,13 @@ drama_status dr_pl_text_batches(drama_model *m, const drama_request *req, dr_pl_
 /* ---- codec ---- */
 drama_status dr_pl_codec_acquire(drama_model *m, unsigned parts, drama_error *err);
 void dr_pl_codec_release(drama_model *m);
+/* With a pool of 2+ threads and the codec not resident (and not low_memory), opens the codec's
+ * files on a thread of its own, so that they load beside the language model; NULL when not
+ * started. finish joins it; use = 1: installs the codec as dr_pl_codec_acquire does (same checks,
+ * same errors), use = 0: drops it (the request failed meanwhile). NULL p: nothing to do. */
+typedef struct dr_pl_codec_preload dr_pl_codec_preload;
+dr_pl_codec_preload *dr_pl_codec_preload_start(drama_model *m);
+drama_status dr_pl_codec_preload_finish(drama_model *m, dr_pl_codec_preload *p, int use, drama_error *err);
 /* Checks the codec's tensors against the model (codebooks, rate, frame length) without loading
  * its weights: low-memory mode loads the decoder only after generation, and a mismatch must fail
  * before any generation. */
