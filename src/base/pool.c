@@ -20,6 +20,15 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #endif
+
+#include <stdlib.h>
+void dr_trace(const char *what);
+void dr_trace(const char *what) {
+    static double t0 = -1; if (!getenv("POOL_TRACE")) return;
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); double t = ts.tv_sec + ts.tv_nsec * 1e-9;
+    if (t0 < 0) { t0 = t; }
+    fprintf(stderr, "TRACE %8.2f ms %s\n", (t - t0) * 1e3, what);
+}
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -33,25 +42,32 @@
 /* past this much polling, each poll also yields the core: with more runnable threads than cores
  * (a busy machine, --threads above the core count) the thread that holds the work gets to run */
 #define YIELD_NS 20000
-/* chunks per taking-part thread: small enough to balance a descheduled thread's share */
+/* chunks per taking-part thread: small enough to balance a descheduled thread's share; a small
+ * run takes fewer (every chunk is a claim and a count on a shared line, ~0.1-0.3 us each in a VM),
+ * down to MIN_CHUNKS, so that the threads that start late still find work */
 #define CHUNKS_PER_THREAD 8
+#define MIN_CHUNKS 2
+#define CACHE_LINE 64
 
+/* Three cache lines, each written by one side of a run: the job (caller, then claims), the
+ * generation idle workers poll (caller, once per run), the count the caller polls (workers). A
+ * poller's line changes only when it has something to see. */
 struct dr_pool {
-    int n_threads;
-    pthread_t *threads;
     /* the job of the current generation; written by the caller before the ticket, read by
      * workers between reading the ticket and claiming (relaxed: the ticket orders them) */
-    _Atomic(dr_pool_fn) fn;
+    _Alignas(CACHE_LINE) _Atomic(dr_pool_fn) fn;
     _Atomic(void *) ctx;
     _Atomic int64_t n, chunk;
     _Atomic uint32_t n_chunks;
     _Atomic int helpers;           /* worker ids below this take part */
     _Atomic uint64_t ticket;       /* generation << 32 | next unclaimed chunk */
-    _Atomic uint32_t gen;          /* futex word of idle workers */
-    _Atomic uint32_t done;         /* chunks finished; futex word of the waiting caller */
+    _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* futex word of idle workers */
     _Atomic int sleepers;          /* workers in (or entering) futex wait on gen */
-    _Atomic int caller_sleeping;
     _Atomic int stop;
+    _Alignas(CACHE_LINE) _Atomic uint32_t done; /* chunks finished; futex word of the waiting caller */
+    _Atomic int caller_sleeping;
+    _Alignas(CACHE_LINE) int n_threads;
+    pthread_t *threads;
     uint32_t generation;           /* the caller's copy */
 };
 
@@ -173,8 +189,9 @@ int dr_pool_default_threads(void) {
 
 dr_pool *dr_pool_create(int n_threads) {
     if (n_threads <= 0) n_threads = dr_pool_default_threads();
-    dr_pool *p = calloc(1, sizeof *p);
+    dr_pool *p = aligned_alloc(CACHE_LINE, (sizeof *p + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
     if (!p) return NULL;
+    memset(p, 0, sizeof *p);
     p->n_threads = n_threads;
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads, sizeof *p->threads);
@@ -215,7 +232,11 @@ void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double wo
         for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
         return;
     }
-    int64_t want = (int64_t)use * CHUNKS_PER_THREAD;
+    int per = CHUNKS_PER_THREAD; /* work / use per thread; a chunk of at least DR_POOL_MIN_WORK / 2 */
+    if (work >= 0 && work < (double)use * CHUNKS_PER_THREAD * (DR_POOL_MIN_WORK / 2))
+        per = (int)(work / ((double)use * (DR_POOL_MIN_WORK / 2)));
+    if (per < MIN_CHUNKS) per = MIN_CHUNKS;
+    int64_t want = (int64_t)use * per;
     int64_t chunk = (n + want - 1) / want;
     if ((n + chunk - 1) / chunk > UINT32_MAX) chunk = (n + UINT32_MAX - 1) / UINT32_MAX;
     uint32_t nc = (uint32_t)((n + chunk - 1) / chunk);

@@ -15,9 +15,10 @@ typedef struct dr_pool dr_pool;
 typedef void (*dr_pool_fn)(void *ctx, int64_t i, int worker);
 
 /* Work below which a run stays on the calling thread (and the grain per extra thread), in the
- * units callers pass to dr_pool_run_work: about one fused multiply-add or one byte of weights
- * read. Waking a spinning worker costs ~1 us, a sleeping one ~10-50 us in a VM. */
-#define DR_POOL_MIN_WORK 65536.0
+ * units callers pass to dr_pool_run_work: about one multiply-add of a SIMD product or one byte of
+ * weights read (an op whose multiply-adds cost more scales its estimate). 32768 units are ~3-5 us
+ * on one core; waking a spinning worker costs ~1 us, a sleeping one ~10-50 us in a VM. */
+#define DR_POOL_MIN_WORK 32768.0
 
 dr_pool *dr_pool_create(int n_threads); /* n_threads <= 0: dr_pool_default_threads() */
 void dr_pool_free(dr_pool *pool);

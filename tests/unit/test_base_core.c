@@ -98,7 +98,9 @@ static void test_pool_exactly_once_and_threshold(void **state) {
             int64_t n = 1 + (rep * 37) % N;
             for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
             if (rep % 1000 == 999) usleep(300000); /* past the spin: the workers sleep */
-            dr_pool_run_work(p, n, count_index, &c, rep % 2 ? -1.0 : 1e9);
+            /* unknown work, large work, and work of a few grains (fewer chunks per thread) */
+            double work = rep % 3 == 0 ? -1.0 : rep % 3 == 1 ? 1e9 : DR_POOL_MIN_WORK * (1 + rep % 11);
+            dr_pool_run_work(p, n, count_index, &c, work);
             for (int64_t i = 0; i < n; i++) assert_int_equal(atomic_load(&hits[i]), 1);
         }
         assert_int_equal(atomic_load(&c.bad_worker), 0);
