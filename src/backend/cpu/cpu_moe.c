@@ -156,8 +156,12 @@ void dr_cpu_op_moe(dr_backend *be, const dr_moe_args *a) {
         t2[i + 1] = t2[i] + (H + BLOCK - 1) / BLOCK;
     }
     moe_ctx c = {g, ng, H, xs, act, ys, t1, t2, scratch, scratch_ld};
-    dr_pool_run_work(pool, t1[ng], gate_up_task, &c, 2 * work);
-    dr_pool_run_work(pool, t2[ng], down_task, &c, work);
+    /* a task is a product of BLOCK rows; at a few rows its setup costs about what a block's
+     * multiply-adds do (the tiny model's expert tasks measured ~3x a large product's cost per
+     * multiply-add), so each task also counts 2 * BLOCK * H * n */
+    double setup = (double)BLOCK * (double)H * 2.0 * (double)n;
+    dr_pool_run_work(pool, t1[ng], gate_up_task, &c, 2 * work + setup * (double)t1[ng]);
+    dr_pool_run_work(pool, t2[ng], down_task, &c, work + setup * (double)t2[ng]);
 
     /* Each row: routed experts in rank order, then the gated shared expert. */
     dr_cpu_matmul(&m->sh_gate_proj, x, n, sg, pool);
