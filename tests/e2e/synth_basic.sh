@@ -49,10 +49,12 @@ ok "--stream (default schedule and 3-frame chunks) byte-identical to whole"
 # Thread counts agree.
 synth t1.wav --frames $N --seed 42 --threads 1
 [ $rc -eq 0 ] || fail "--threads 1 failed: $(cat last.err)"
+synth t2.wav --frames $N --seed 42 --threads 2
+[ $rc -eq 0 ] || fail "--threads 2 failed: $(cat last.err)"
 synth t3.wav --frames $N --seed 42 --threads 3 --stream
 [ $rc -eq 0 ] || fail "--threads 3 failed: $(cat last.err)"
-cmp a.wav t1.wav && cmp a.wav t3.wav || fail "thread counts disagree"
-ok "threads 1 / 3 / default agree"
+cmp a.wav t1.wav && cmp a.wav t2.wav && cmp a.wav t3.wav || fail "thread counts disagree"
+ok "threads 1 / 2 / 3 / default agree"
 
 # A different seed gives different audio (the seed is used).
 synth c.wav --frames $N --seed 43
