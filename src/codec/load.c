@@ -452,12 +452,18 @@ static void precompute(dr_codec *c) {
         cd_vq *q = &c->vq[k];
         if (!q->codebook) continue;
         cd_vq_normalise(q);
+        /* out_proj of every codebook row: per output the same sum in the same order as
+         * sum_d cd_weight_at(o, d) * row[d], taken CD_WPACK outputs at a time along the packed
+         * block (contiguous, vectorisable: this loop was most of a tiny codec's load time) */
         for (int j = 0; j < q->n; j++) {
             const float *row = q->codebook + (int64_t)j * q->dim;
-            for (int o = 0; o < q->cin; o++) {
-                float acc = 0.0f;
-                for (int d = 0; d < q->dim; d++) acc += cd_weight_at(q->out_proj.w, q->dim, 1, o, d, 0) * row[d];
-                q->table[(int64_t)j * q->cin + o] = acc + q->out_proj.b[o];
+            float *t = q->table + (int64_t)j * q->cin;
+            for (int o0 = 0; o0 < q->cin; o0 += CD_WPACK) {
+                const float *w = q->out_proj.w + (int64_t)o0 * q->dim; /* block o0 / CD_WPACK */
+                float acc[CD_WPACK] = {0};
+                for (int d = 0; d < q->dim; d++)
+                    for (int l = 0; l < CD_WPACK; l++) acc[l] += w[(int64_t)d * CD_WPACK + l] * row[d];
+                for (int l = 0; l < CD_WPACK && o0 + l < q->cin; l++) t[o0 + l] = acc[l] + q->out_proj.b[o0 + l];
             }
         }
     }
