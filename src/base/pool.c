@@ -109,8 +109,11 @@ static void take_chunks(dr_pool *p, uint32_t g, int id) {
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
         int64_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
         int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+        /* pairs with the caller's fence after it closes the ticket: a field of the next job read
+         * above makes the claim below fail */
+        atomic_thread_fence(memory_order_acquire);
         /* success means generation g is still running (chunk c was not done), so the fields
-         * read above were g's: the caller rewrites them only after all of g's chunks are done */
+         * read above were g's: the caller closes g's ticket before it rewrites them */
         if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel, memory_order_relaxed))
             continue;
         int64_t i0 = (int64_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
@@ -241,6 +244,11 @@ void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double wo
     if ((n + chunk - 1) / chunk > UINT32_MAX) chunk = (n + UINT32_MAX - 1) / UINT32_MAX;
     uint32_t nc = (uint32_t)((n + chunk - 1) / chunk);
     uint32_t g = ++p->generation;
+    /* Close the previous ticket first: a worker still in take_chunks for the previous generation
+     * holds its last value (all chunks claimed) and must not claim a "chunk" of it against this
+     * run's n_chunks (that ran a chunk twice and left the count one over: a hang) */
+    atomic_store_explicit(&p->ticket, (uint64_t)g << 32 | UINT32_MAX, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);

@@ -113,6 +113,29 @@ static void test_pool_exactly_once_and_threshold(void **state) {
     assert_true(dr_pool_default_threads() <= sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+static void bump_index(void *ctx, int64_t i, int worker) {
+    (void)worker;
+    atomic_fetch_add(&((_Atomic int *)ctx)[i], 1);
+}
+
+/* Back-to-back runs whose chunk counts alternate (a few, then many): a worker still looking at
+ * the last run's ticket must not claim a chunk of it against the next run's count (that ran an
+ * index twice, and the count of finished chunks went one over: the caller waited forever). A
+ * race, so many runs; it showed within ~10^5 runs at 2-3 threads on the 2-core VM. */
+static void test_pool_back_to_back_alternating(void **state) {
+    (void)state;
+    enum { N = 64, RUNS = 200000 };
+    _Atomic int hits[N];
+    for (int threads = 2; threads <= 3; threads++) {
+        dr_pool *p = dr_pool_create(threads);
+        assert_non_null(p);
+        for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        for (int rep = 0; rep < RUNS; rep++) dr_pool_run(p, rep % 2 ? N : 3, bump_index, hits);
+        for (int64_t i = 0; i < N; i++) assert_int_equal(atomic_load(&hits[i]), i < 3 ? RUNS : RUNS / 2);
+        dr_pool_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_error_wins_and_prefix),
@@ -120,6 +143,7 @@ int main(void) {
         cmocka_unit_test(test_alloc_overflow),
         cmocka_unit_test(test_pool_covers_every_index),
         cmocka_unit_test(test_pool_exactly_once_and_threshold),
+        cmocka_unit_test(test_pool_back_to_back_alternating),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
