@@ -150,6 +150,23 @@ T2 INL void across_tail(const cd_conv_job *j, int ob, int64_t t, int64_t n) {
     }
 }
 
+/* The input-channel x tap loop of block512 / block256 around their own TAP(x, w) (expanded at the
+ * use, so each gets its instruction set's TAP); KC > 0 unrolls the KC taps with offsets tk[]. */
+#define TAP_LOOP()                                                                               \
+    const float *xr = j->x + t - j->xt0, *wr = wb;                                               \
+    int i = 0;                                                                                   \
+    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */            \
+        for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)                              \
+        i = 1, xr += j->lx, wr += K * 8;                                                         \
+    }                                                                                            \
+    for (; i < cin; i++, xr += j->lx, wr += K * 8) {                                             \
+        if (KC) {                                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)     \
+        } else {                                                                                 \
+            for (int k = 0; k < K; k++) TAP(xr + to[k], wr + k * 8)                              \
+        }                                                                                        \
+    }
+
 /* ---- AVX-512 ---- */
 
 T5 INL __mmask16 mask16(int64_t rem) { return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0; }
@@ -198,20 +215,7 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
         if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);            \
         R8(FMA)                                                         \
     }
-    const float *xr = j->x + t - j->xt0, *wr = wb;
-    int i = 0;
-    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */
-        for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)
-        i = 1, xr += j->lx, wr += K * 8;
-    }
-    for (; i < cin; i++, xr += j->lx, wr += K * 8) {
-        if (KC) {
-#pragma GCC unroll 8
-            for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)
-        } else {
-            for (int k = 0; k < K; k++) TAP(xr + to[k], wr + k * 8)
-        }
-    }
+    TAP_LOOP()
 #undef TAP
 #undef FMA
 #define PUT(r)                                                          \
@@ -301,20 +305,7 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
         if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);  \
         R4(FMA)                                                                              \
     }
-    const float *xr = j->x + t - j->xt0, *wr = wb;
-    int i = 0;
-    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */
-        for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)
-        i = 1, xr += j->lx, wr += K * 8;
-    }
-    for (; i < cin; i++, xr += j->lx, wr += K * 8) {
-        if (KC) {
-#pragma GCC unroll 8
-            for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)
-        } else {
-            for (int k = 0; k < K; k++) TAP(xr + to[k], wr + k * 8)
-        }
-    }
+    TAP_LOOP()
 #undef TAP
 #undef FMA
 #define PUT(r)                                                          \
