@@ -235,7 +235,7 @@ int cmd_generate(int argc, char **argv) {
         if (getrandom(&o.sp.seed, sizeof o.sp.seed, 0) != (ssize_t)sizeof o.sp.seed) o.sp.seed = (uint64_t)time(NULL);
         fprintf(stderr, "drama generate: seed %" PRId64 "\n", (int64_t)o.sp.seed);
     }
-    if ((st = dr_gen_lm_open_on(model, sets, n_sets, threads, NULL, &backend, &lm, &err))) goto done;
+    if ((st = dr_gen_lm_open_on(model, sets, n_sets, threads, NULL, &backend, NULL, &lm, &err))) goto done;
     int nc = lm->tower.d.num_codebooks;
     col.nc = nc;
     if ((st = dr_rows_read(rows_path, nc + 1, &rows, &err))) goto done;

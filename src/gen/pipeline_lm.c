@@ -99,8 +99,8 @@ drama_status dr_pl_lm_acquire(drama_model *m, drama_error *err) {
     if (m->lm) return DRAMA_OK;
     dr_pl_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return dr_fail(err, DRAMA_ENOMEM, "out of memory");
-    drama_status st = dr_gen_lm_open_tok(m->dir, (const char *const *)m->sets, m->n_sets, m->threads, m->pool,
-                                         &m->backend, m->tok, &lm->g, err); /* m->tok: parsed once */
+    drama_status st = dr_gen_lm_open_on(m->dir, (const char *const *)m->sets, m->n_sets, m->threads, m->pool,
+                                        &m->backend, m->tok, &lm->g, err); /* m->tok: parsed once */
     if (st != DRAMA_OK) {
         free(lm);
         return st;

@@ -14,17 +14,12 @@
 drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
                             dr_gen_lm **out, drama_error *err) {
     dr_backend_choice cpu = {DR_WANT_CPU, 0};
-    return dr_gen_lm_open_on(dir, sets, n_sets, threads, pool, &cpu, out, err);
+    return dr_gen_lm_open_on(dir, sets, n_sets, threads, pool, &cpu, NULL, out, err);
 }
 
 drama_status dr_gen_lm_open_on(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
-                               const dr_backend_choice *backend, dr_gen_lm **out, drama_error *err) {
-    return dr_gen_lm_open_tok(dir, sets, n_sets, threads, pool, backend, NULL, out, err);
-}
-
-drama_status dr_gen_lm_open_tok(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
-                                const dr_backend_choice *backend, const dr_tok *tok, dr_gen_lm **out,
-                                drama_error *err) {
+                               const dr_backend_choice *backend, const dr_tok *tok, dr_gen_lm **out,
+                               drama_error *err) {
     *out = NULL;
     dr_gen_lm *lm = dr_calloc(1, sizeof *lm);
     if (!lm) return dr_fail(err, DRAMA_ENOMEM, "out of memory");

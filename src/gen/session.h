@@ -43,14 +43,11 @@ typedef struct dr_gen_lm {
  * Runs on the CPU backend. */
 drama_status dr_gen_lm_open(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
                             dr_gen_lm **out, drama_error *err);
-/* The same on the chosen backend (NULL: auto). */
+/* The same on the chosen backend (NULL: auto), with DIR's tokenizer already loaded by the caller
+ * (borrowed: it must outlive the model; NULL: loaded here), so that it is not parsed twice. */
 drama_status dr_gen_lm_open_on(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
-                               const dr_backend_choice *backend, dr_gen_lm **out, drama_error *err);
-/* The same with DIR's tokenizer already loaded by the caller (borrowed: it must outlive the
- * model; NULL: loaded here), so that it is not parsed twice. */
-drama_status dr_gen_lm_open_tok(const char *dir, const char *const *sets, int n_sets, int threads, dr_pool *pool,
-                                const dr_backend_choice *backend, const dr_tok *tok, dr_gen_lm **out,
-                                drama_error *err);
+                               const dr_backend_choice *backend, const dr_tok *tok, dr_gen_lm **out,
+                               drama_error *err);
 void dr_gen_lm_close(dr_gen_lm *lm);
 
 #endif

@@ -234,7 +234,7 @@ int dr_bench_frame_main(int argc, char **argv) {
     dr_gen_session *pre = NULL, *run = NULL;
     int32_t *rows = NULL;
     int rc = 1;
-    drama_status st = dr_gen_lm_open_on(model, NULL, 0, (int)threads, NULL, &bc, &lm, &err);
+    drama_status st = dr_gen_lm_open_on(model, NULL, 0, (int)threads, NULL, &bc, NULL, &lm, &err);
     if (st) goto done;
     if (lm->tower.d.num_codebooks > 32) {
         st = dr_fail(&err, DRAMA_EUNSUPPORTED, "%d codebooks (at most 32)", lm->tower.d.num_codebooks);

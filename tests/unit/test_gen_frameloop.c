@@ -34,9 +34,9 @@ static int setup(void **state) {
     drama_error e = {0};
     const char *dir = tu_model_dir("tiny-drama3");
     dr_backend_choice bk = tu_backend_choice(); /* DRAMA_TEST_BACKEND: the same checks on every backend */
-    drama_status st = dr_gen_lm_open_on(dir, NULL, 0, 1, NULL, &bk, &f->lm1, &e);
+    drama_status st = dr_gen_lm_open_on(dir, NULL, 0, 1, NULL, &bk, NULL, &f->lm1, &e);
     tu_backend_skip_unavailable(st, &e);
-    if (st || dr_gen_lm_open_on(dir, NULL, 0, 2, NULL, &bk, &f->lm2, &e)) fail_msg("%s", e.message);
+    if (st || dr_gen_lm_open_on(dir, NULL, 0, 2, NULL, &bk, NULL, &f->lm2, &e)) fail_msg("%s", e.message);
     printf("backend under test: %s\n", f->lm1->be->description);
     int64_t n;
     int W = f->lm1->tower.d.num_codebooks + 1;
