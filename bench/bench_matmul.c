@@ -1,6 +1,6 @@
 /* bench_matmul - CPU matmul throughput per stored format, against the machine's memory bandwidth.
  *
- * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot] [--best] [--cold-mib MIB] [--format NAME] [--shape RxC]
+ * Usage: bench_matmul [--threads N] [--min-ms MS] [--hot] [--best] [--cpu-time] [--cold-mib MIB] [--format NAME] [--shape RxC]
  *                     [--n N] [--calls C]
  * Weights rotate over enough copies to exceed the last-level cache (512 MiB by default; --hot: one
  * copy, cache resident), as in decoding, where every expert matrix is read once per token. GB/s counts the
@@ -9,7 +9,9 @@
  * --shape and --n run only the matching rows (e.g. `--hot --shape 64x2048`: L2-resident weights,
  * which measures the decode loop alone). --calls C makes exactly C calls per sample instead of timing
  * (fixed work for `valgrind --tool=callgrind --toggle-collect=dr_cpu_matmul_path`). of_read: GB/s over the
- * 1 GiB read bandwidth on the same threads. --best reports the fastest of the 5 samples, not the median. DRAMA_CPU_PATH=avx2|avx512|portable picks the loops. */
+ * 1 GiB read bandwidth on the same threads. --best reports the fastest of the 5 samples, not the median. --cpu-time times with the
+ * process's CPU time over the thread count (every clock of the run, the bandwidth lines included), which leaves out
+ * the time other jobs of a shared machine hold the cores. DRAMA_CPU_PATH=avx2|avx512|portable picks the loops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +26,14 @@
 #include "num/quant.h"
 #include "num/weight.h"
 
+/* --cpu-time: the process's CPU time over the pool's threads instead of wall time, so the time
+ * a shared machine's other jobs hold the cores is left out (waiting workers spin, so they count) */
+static int g_cpu_clock = 0, g_clock_threads = 1;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return ((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec) / (g_cpu_clock ? g_clock_threads : 1);
 }
 
 static uint32_t rng = 7;
@@ -314,6 +320,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hot")) hot = 1;
         else if (!strcmp(argv[i], "--best")) g_best = 1;
         else if (!strcmp(argv[i], "--no-probe")) probe = 0;
+        else if (!strcmp(argv[i], "--cpu-time")) g_cpu_clock = 1;
         else if (!strcmp(argv[i], "--cold-mib") && i + 1 < argc) g_cold_bytes = (size_t)atol(argv[++i]) << 20;
         else if (!strcmp(argv[i], "--format") && i + 1 < argc) only_fmt = argv[++i];
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) only_n = atol(argv[++i]);
@@ -324,7 +331,7 @@ int main(int argc, char **argv) {
             i++;
         else {
             fprintf(stderr,
-                    "usage: %s [--threads N] [--min-ms MS] [--hot] [--best] [--cold-mib MIB] [--no-probe]\n"
+                    "usage: %s [--threads N] [--min-ms MS] [--hot] [--best] [--cpu-time] [--cold-mib MIB] [--no-probe]\n"
                     "       [--format NAME] [--shape ROWSxCOLS (COLS a multiple of 128)] [--n N] [--calls C]\n",
                     argv[0]);
             return 2;
@@ -332,8 +339,10 @@ int main(int argc, char **argv) {
     }
     dr_pool *pool = dr_pool_create(threads);
     if (!pool) return 1;
-    printf("drama bench_matmul  path=%s threads=%d weights=%s\n", dr_cpu_path_name(dr_cpu_best_path()),
-           dr_pool_threads(pool), hot ? "hot (one copy, cache resident)" : "cold (rotating copies)");
+    g_clock_threads = dr_pool_threads(pool);
+    printf("drama bench_matmul  path=%s threads=%d weights=%s%s\n", dr_cpu_path_name(dr_cpu_best_path()),
+           dr_pool_threads(pool), hot ? "hot (one copy, cache resident)" : "cold (rotating copies)",
+           g_cpu_clock ? " clock=process CPU time / threads" : "");
     double par_read_gbs = 0; /* the "of_read" column: GB/s over this read bandwidth, same threads */
     if (probe) {
         double copy_gbs, read_gbs;

@@ -23,6 +23,13 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
+/* Software prefetch PF_AHEAD bytes ahead of the weight stream in the n = 1 loops: the hardware
+ * prefetcher alone leaves the loop waiting on memory at the start of each short row. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 512
+#endif
+#define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_AHEAD, _MM_HINT_T0)
+
 TGT static inline __m256i load8_u8(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);
@@ -349,6 +356,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
     if (w->fmt == DR_WF_BF16) {
         for (int64_t k = 0; k < body; k += 32) {
             const uint8_t *p = row + 2 * k;
+            PREFETCH(p);
 #define BF8(j) _mm256_castsi256_ps(_mm256_slli_epi32( \
         _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * (j)))), 16))
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), BF8(0), a0);
@@ -369,6 +377,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
     if (w->fmt == DR_WF_F16 || w->fmt == DR_WF_F32) {
         int half = w->fmt == DR_WF_F16;
         for (int64_t k = 0; k < body; k += 32) {
+            PREFETCH(row + (half ? 2 : 4) * k);
 #define D8(j) (half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * (k + 8 * (j))))) \
                     : _mm256_loadu_ps((const float *)(const void *)(row + 4 * (k + 8 * (j)))))
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), D8(0), a0);
@@ -401,6 +410,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
             /* two blocks of 16: one table each, then per 8 codes srlv, permute, shift, xor, fma */
             __m256 t0 = nvfp4_table(srow[k / 16], vg), t1 = nvfp4_table(srow[k / 16 + 1], vg);
             const uint8_t *p = row + k / 2;
+            PREFETCH(p);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), nvfp4x8(load_u32(p), t0), a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), nvfp4x8(load_u32(p + 4), t0), a1);
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), nvfp4x8(load_u32(p + 8), t1), a2);
@@ -411,6 +421,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
             __m256 s0 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16]));
             __m256 s1 = _mm256_set1_ps(dr_ue4m3_to_f32(srow[k / 16 + 1]));
             const uint8_t *p = row + k / 2;
+            PREFETCH(p);
 #define NV8(off, sv) _mm256_mul_ps(_mm256_mul_ps(e2m1x8(nibbles8(p + (off))), sv), vg)
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), NV8(0, s0), a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), NV8(4, s0), a1);
@@ -444,6 +455,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
 #define AF_LOOP(Q8, SH, DEQ) /* SH: log2(8 / bits) */                                     \
     for (int64_t k = 0; k < span; k += 32) {                                                  \
         const uint8_t *pk = ps + (k >> (SH));                                                 \
+        PREFETCH(pk);                                                                         \
         __m256 sc = _mm256_broadcast_ss(sv + (k >> lg)), bi = _mm256_broadcast_ss(bv + (k >> lg)); \
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k), DEQ(Q8(0)), a0);                        \
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xs + k + 8), DEQ(Q8(1)), a1);                    \
@@ -495,6 +507,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
         __m256 vs = _mm256_set1_ps(s * (PLANT == 2 ? 0x1p121f : 0x1p120f));
         int64_t c1 = c0 + bc < body ? c0 + bc : body;
         for (int64_t k = c0; k < c1; k += 32) {
+            PREFETCH(row + k);
 #define E8(j) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8(row + k + 8 * (j)), 20), \
         keep)), vs)
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(0), a0);

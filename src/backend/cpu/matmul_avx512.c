@@ -35,6 +35,13 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #define NR DR_CPU_FUSED_ROWS
 #define FOR_ROWS _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++)
 
+/* Software prefetch PF_AHEAD bytes ahead in each row's code stream: the rows of one call are
+ * short, interleaved streams that the hardware prefetcher ramps up on too late. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 512
+#endif
+#define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_AHEAD, _MM_HINT_T0)
+
 
 /* the canonical reduction of sums a = s[0..15], b = s[16..31] (kernels.h) */
 INL float hsum_canonical(__m512 a, __m512 b) {
@@ -123,6 +130,7 @@ static inline float dense_value(dr_wfmt f, const uint8_t *row, int64_t k) {
         for (int64_t k = 0; k < body; k += 32) {                                                     \
             __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);                   \
             FOR_ROWS {                                                                               \
+                PREFETCH(row[i] + (ESZ) * k);                                                        \
                 a[i] = _mm512_fmadd_ps(x0, LOAD(row[i] + (ESZ) * k), a[i]);                          \
                 b[i] = _mm512_fmadd_ps(x1, LOAD(row[i] + (ESZ) * (k + 16)), b[i]);                   \
             }                                                                                        \
@@ -185,6 +193,7 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
         for (int64_t k = gi * g; k < (gi + 1) * g; k += 32) {
             __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
             FOR_ROWS {
+                PREFETCH(row[i] + k / 2);
                 __m512i v = bytes16_bcast(row[i] + k / 2);
                 __m512i lo = _mm512_srlv_epi32(v, sh), hi = _mm512_srlv_epi32(v, sh4); /* vpermps: low 4 bits */
                 a[i] = _mm512_fmadd_ps(x0, _mm512_permutexvar_ps(PLANT == 1 ? hi : lo, t[i]), a[i]);
@@ -221,6 +230,7 @@ INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *
         for (int64_t k = gi * g; k < (gi + 1) * g; k += 32) {
             __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
             FOR_ROWS {
+                PREFETCH(row[i] + k);
 #define Q8(off) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(row[i] + k + (off)))))
                 a[i] = _mm512_fmadd_ps(x0, _mm512_add_ps(_mm512_mul_ps(s[i], Q8(0)), bi[i]), a[i]);
                 b[i] = _mm512_fmadd_ps(x1, _mm512_add_ps(_mm512_mul_ps(s[i], Q8(16)), bi[i]), b[i]);
@@ -250,6 +260,8 @@ INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp
     for (int64_t k = 0; k < body; k += 32) {
         __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
         FOR_ROWS {
+            PREFETCH(row[i] + k / 2);
+            if ((k & 511) == 0) PREFETCH(srow[i] + k / 16); /* the scales: a line per 1024 columns */
             __m512 t0 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16] & 0x7F));
             __m512 t1 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16 + 1] & 0x7F));
             __m512i v = bytes16_bcast(row[i] + k / 2);
@@ -317,6 +329,7 @@ INL void fp8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, f
         for (int64_t k = c0; k < c1; k += 32) {
             __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
             FOR_ROWS {
+                PREFETCH(row[i] + k);
 #define E16(off) _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32( \
         _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)(row[i] + k + (off)))), 20), keep)), vs[i])
                 a[i] = _mm512_fmadd_ps(x0, E16(0), a[i]);
