@@ -3,7 +3,9 @@
  * NaN / Inf biases; NVFP4 with non-finite global scales and NaN block-scale codes (the product
  * table's fallback; bind refuses both, so they are set in the bound struct); FP8 blocks whose scale is at or past the fused path's 2^7 limit, and NaN
  * codes in some rows only. Every dequantised row must equal dr_weight_dequant_row bit for bit
- * (NaN bits included) and every product must equal the portable path's bits, for n = 1 and 3. */
+ * (NaN bits included) and every product must equal the portable path's bits, for n = 1 and 3; the
+ * affine fixtures keep rows with finite products (a NaN equals a NaN, so all-NaN outputs would
+ * compare nothing) and the planted paths must differ there. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,9 +27,38 @@ static uint32_t urand(void) {
 }
 static float frand(void) { return (float)urand() / 8388608.0f - 1.0f; } /* [-1, 1) */
 
-/* both paths: dequantised rows bit-identical to the reference, products bit-identical to portable */
-static void check_paths(const dr_weight *w, const char *label) {
-    int64_t rows = w->rows, cols = w->cols, n = 3;
+/* products of w through path against the portable path's, n = 1 and 3: the mismatches (NaN equals
+ * NaN); *finite_min gets the fewest finite outputs one comparison saw (a check of NaNs only
+ * compares nothing) */
+static int64_t product_mismatches(const dr_weight *w, dr_cpu_path path, const char *label, int report, int64_t *finite_min) {
+    int64_t rows = w->rows, cols = w->cols, n = 3, bad = 0;
+    float *x = malloc((size_t)(n * cols) * sizeof *x);
+    float *y0 = malloc((size_t)(n * rows) * sizeof *y0), *y1 = malloc((size_t)(n * rows) * sizeof *y1);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+    *finite_min = INT64_MAX;
+    for (int64_t nn = 1; nn <= n; nn += 2) {
+        dr_cpu_matmul_path(w, 0, rows, x, nn, y0, NULL, DR_CPU_PORTABLE);
+        dr_cpu_matmul_path(w, 0, rows, x, nn, y1, NULL, path);
+        int64_t finite = 0;
+        for (int64_t i = 0; i < nn * rows; i++) {
+            finite += isfinite(y0[i]) && isfinite(y1[i]);
+            if (dr_f32_bits(y0[i]) != dr_f32_bits(y1[i]) && !(isnan(y0[i]) && isnan(y1[i]))) {
+                if (report)
+                    fail_msg("%s: %s n=%lld y[%lld] = %a, portable %a", label, dr_cpu_path_name(path), (long long)nn,
+                             (long long)i, (double)y1[i], (double)y0[i]);
+                bad++;
+            }
+        }
+        if (finite < *finite_min) *finite_min = finite;
+    }
+    free(x), free(y0), free(y1);
+    return bad;
+}
+
+/* both paths: dequantised rows bit-identical to the reference, products bit-identical to portable;
+ * returns the fewest finite products one comparison saw */
+static int64_t check_paths(const dr_weight *w, const char *label) {
+    int64_t rows = w->rows, cols = w->cols, fewest = INT64_MAX;
     float *a = malloc((size_t)cols * sizeof *a), *b = malloc((size_t)cols * sizeof *b);
     for (int64_t r = 0; r < rows; r++) {
         dr_weight_dequant_row(w, r, a);
@@ -37,20 +68,23 @@ static void check_paths(const dr_weight *w, const char *label) {
                 fail_msg("%s: row %lld col %lld dequantised to %a (0x%08x), reference %a (0x%08x)", label, (long long)r,
                          (long long)c, (double)b[c], dr_f32_bits(b[c]), (double)a[c], dr_f32_bits(a[c]));
     }
-    float *x = malloc((size_t)(n * cols) * sizeof *x);
-    float *y0 = malloc((size_t)(n * rows) * sizeof *y0), *y1 = malloc((size_t)(n * rows) * sizeof *y1);
-    for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
     const dr_cpu_path vec[2] = {DR_CPU_AVX2, DR_CPU_AVX512};
-    for (int64_t nn = 1; nn <= n; nn += 2)
-        for (int p = 0; p < 2; p++) {
-            dr_cpu_matmul_path(w, 0, rows, x, nn, y0, NULL, DR_CPU_PORTABLE);
-            dr_cpu_matmul_path(w, 0, rows, x, nn, y1, NULL, vec[p]);
-            for (int64_t i = 0; i < nn * rows; i++)
-                if (dr_f32_bits(y0[i]) != dr_f32_bits(y1[i]) && !(isnan(y0[i]) && isnan(y1[i])))
-                    fail_msg("%s: %s n=%lld y[%lld] = %a, portable %a", label, dr_cpu_path_name(vec[p]), (long long)nn,
-                             (long long)i, (double)y1[i], (double)y0[i]);
-        }
-    free(a), free(b), free(x), free(y0), free(y1);
+    for (int p = 0; p < 2; p++) {
+        int64_t finite;
+        product_mismatches(w, vec[p], label, 1, &finite);
+        if (finite < fewest) fewest = finite;
+    }
+    free(a), free(b);
+    return fewest;
+}
+
+/* a planted copy of a vector path (kernels.h) must differ from the portable products somewhere:
+ * the comparison above can fail */
+static void check_planted_differs(const dr_weight *w, dr_cpu_path planted, const char *label) {
+    if (!dr_cpu_path_supported(planted)) return;
+    int64_t finite;
+    if (product_mismatches(w, planted, label, 0, &finite) == 0)
+        fail_msg("%s: planted path %d gives the portable bits: the check cannot fail", label, (int)planted);
 }
 
 static void put_scale(uint8_t *base, dr_dtype dt, int64_t i, float v) {
@@ -61,25 +95,24 @@ static void put_scale(uint8_t *base, dr_dtype dt, int64_t i, float v) {
     }
 }
 
-/* scale of group i: ordinary values with a few extremes planted (huge ones only in F32/BF16) */
-static float affine_scale(dr_dtype dt, int64_t i) {
-    switch (i % 11) {
-    case 3: return 0.0f;
-    case 5: return -frand() * 0.01f;
-    case 7: return dt == DR_DT_F16 ? 6.0e-8f : 0x1p-130f; /* subnormal in the stored dtype */
-    case 9: return dt == DR_DT_F16 ? 60000.0f : 0x1p126f; /* s * q overflows: past the fma limit (2^100) */
-    default: return frand() * 0.03f;
-    }
+/* Scale and bias of group i of a row of kind `kind` (row % 4): 0 ordinary values only, 1 also
+ * zero, negative and subnormal scales (products stay finite), 2 also scales whose s * q overflows
+ * (huge ones only in F32/BF16) with a bias that would make fma(s, q, b) finite, 3 also NaN / -Inf /
+ * -0 biases. Kinds 0 and 1 keep finite products for the comparison to look at. */
+static float affine_scale(dr_dtype dt, int64_t i, int kind) {
+    if (kind == 1 && i % 11 == 3) return 0.0f;
+    if (kind == 1 && i % 11 == 5) return -frand() * 0.01f;
+    if (kind == 1 && i % 11 == 7) return dt == DR_DT_F16 ? 6.0e-8f : 0x1p-130f; /* subnormal in the stored dtype */
+    if (kind == 2 && i % 11 == 9) return dt == DR_DT_F16 ? 60000.0f : 0x1p126f; /* past the fma limit (2^100) */
+    return frand() * 0.03f;
 }
 
-static float affine_bias(int64_t i) {
-    if (i % 11 == 9) return -3.0e38f; /* with the overflowing scale: fma(s, q, b) would be finite */
-    switch (i % 13) {
-    case 4: return NAN;
-    case 8: return -INFINITY;
-    case 10: return -0.0f;
-    default: return frand();
-    }
+static float affine_bias(int64_t i, int kind) {
+    if (kind == 2 && i % 11 == 9) return -3.0e38f; /* with the overflowing scale: fma(s, q, b) would be finite */
+    if (kind == 3 && i % 13 == 4) return NAN;
+    if (kind == 3 && i % 13 == 8) return -INFINITY;
+    if (kind == 3 && i % 13 == 10) return -0.0f;
+    return frand();
 }
 
 static void test_affine_scale_dtypes(void **state) {
@@ -95,8 +128,9 @@ static void test_affine_scale_dtypes(void **state) {
                 uint8_t *codes = malloc(nb), *sc = malloc(ns * el), *bi = malloc(ns * el);
                 for (size_t i = 0; i < nb; i++) codes[i] = (uint8_t)urand();
                 for (size_t i = 0; i < ns; i++) {
-                    put_scale(sc, dts[di], (int64_t)i, affine_scale(dts[di], (int64_t)i));
-                    put_scale(bi, dts[di], (int64_t)i, affine_bias((int64_t)i));
+                    int kind = (int)((int64_t)i / (cols / g) % 4); /* by row */
+                    put_scale(sc, dts[di], (int64_t)i, affine_scale(dts[di], (int64_t)i, kind));
+                    put_scale(bi, dts[di], (int64_t)i, affine_bias((int64_t)i, kind));
                 }
                 dr_tensor tw = {.name = "aff.weight", .dtype = DR_DT_U32, .ndim = 2, .shape = {rows, cols * bits / 32},
                                 .data = codes, .nbytes = nb};
@@ -113,7 +147,12 @@ static void test_affine_scale_dtypes(void **state) {
                 assert_int_equal(w.group, g);
                 char label[64];
                 snprintf(label, sizeof label, "affine %s %d-bit g%d", dr_dtype_name(dts[di]), bits, g);
-                check_paths(&w, label);
+                /* rows 0, 1, 4, 5 (kinds 0 and 1) have finite products, for n = 1 and n = 3 */
+                int64_t finite = check_paths(&w, label);
+                if (finite < 4 && dr_cpu_path_supported(DR_CPU_AVX2))
+                    fail_msg("%s: only %lld finite products compared", label, (long long)finite);
+                check_planted_differs(&w, bits == 4 ? DR_CPU_AVX2_PLANT1 : DR_CPU_AVX2_PLANT4, label);
+                check_planted_differs(&w, DR_CPU_AVX512_PLANT1, label);
                 free(codes), free(sc), free(bi);
             }
 }
@@ -142,6 +181,10 @@ static void test_nvfp4_fallbacks(void **state) {
             char label[64];
             snprintf(label, sizeof label, "nvfp4 g=%a nan-scales=%d", (double)g, nan_scales);
             check_paths(&w, label);
+            if (gi == 0) { /* an ordinary global scale: the planted tables must show */
+                check_planted_differs(&w, DR_CPU_AVX2_PLANT3, label);
+                check_planted_differs(&w, DR_CPU_AVX512_PLANT3, label);
+            }
         }
 }
 
@@ -160,8 +203,12 @@ static void test_fp8_block_scale_limits(void **state) {
         }
         codes[5 * cols + 7] = 0x7F; /* row 5 holds a NaN code */
         codes[9 * cols + cols - 1] = 0xFF; /* row 9, in the tail */
-        const float picks[] = {0.75f, 127.99f, 128.0f, 1e30f, -3.0f, 0x1p-140f, 0.0f};
-        for (int64_t i = 0; i < sr * sc; i++) scale[i] = picks[i % 7];
+        /* block row 0: scales below the 2^7 limit only (the fused loops run, the products stay
+         * small enough to show a planted defect); 1: one at the limit; 2: one far past it */
+        const float picks[] = {0.75f, 127.99f, -3.0f, 0x1p-140f, 0.0f};
+        for (int64_t i = 0; i < sr * sc; i++) scale[i] = picks[i % 5];
+        scale[1 * sc + 2] = 128.0f;
+        scale[2 * sc + 3] = 1e30f;
         dr_tensor tw = {.name = "fp8.weight", .dtype = DR_DT_F8_E4M3, .ndim = 2, .shape = {rows, cols}, .data = codes,
                         .nbytes = (size_t)(rows * cols)};
         dr_tensor ts = {.name = "fp8.weight_scale_inv", .dtype = DR_DT_F32, .ndim = 2, .shape = {sr, sc},
@@ -173,6 +220,8 @@ static void test_fp8_block_scale_limits(void **state) {
         char label[64];
         snprintf(label, sizeof label, "fp8-block %dx%d", br, bc);
         check_paths(&w, label);
+        check_planted_differs(&w, DR_CPU_AVX2_PLANT2, label);
+        check_planted_differs(&w, DR_CPU_AVX512_PLANT2, label);
         free(codes), free(scale);
     }
 }
