@@ -90,8 +90,9 @@ void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);
 /* n = 1 fused dequantise-and-dot for the formats it covers (returns 0 otherwise, nothing written).
  * x in the order dr_cpu_avx2_order_x gives for w (the plain x where it returns 0). */
 int dr_cpu_avx2_fused_row(const dr_weight *w, int64_t r, const float *x, float *y);
-/* Writes x[cols] into xp in the element order the fused loop of w reads and returns 1, or returns
- * 0 (xp untouched) when that order is the natural one. */
+/* Writes x[cols] into xp in the element order the fused loop of w reads (for NVFP4: the natural
+ * order, then the per-product block tables) and returns 1, or returns 0 (xp untouched) when the
+ * loop reads the plain x. */
 int dr_cpu_avx2_order_x(const dr_weight *w, const float *x, float *xp);
 /* y[i * ldy] = dot(x + i * ldx, wrow, len) for i < n */
 void dr_cpu_avx2_dot_rows(const float *x, int64_t ldx, int64_t n, const float *wrow, int64_t len, float *y,

@@ -113,6 +113,13 @@ TGT static inline uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
+/* NVFP4 tables of every scale code (7 bits: the sign bit is ignored) for the product's global scale,
+ * built once per product by order_x after x (8 floats each) instead of per block and row */
+TGT static void nvfp4_products(float g, float *tables) {
+    const __m256 vg = _mm256_set1_ps(g);
+    for (int c = 0; c < 128; c++) _mm256_storeu_ps(tables + 8 * c, nvfp4_table((uint8_t)c, vg));
+}
+
 /* the table path's condition (nvfp4_table): finite global scale, no NaN block scale in the row */
 TGT static int nvfp4_row_tables_exact(const dr_weight *w, const uint8_t *srow) {
     return isfinite(w->global_scale) && !e4m3_row_has_nan(srow, w->scale_cols);
@@ -323,6 +330,11 @@ TGT void AVX2_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float
  * accumulator still sums one canonical s[j] in the same order, and pair_unorder puts the lanes
  * back before the reduction, so the bits do not change. */
 TGT int AVX2_NAME(order_x)(const dr_weight *w, const float *x, float *xp) {
+    if (w->fmt == DR_WF_NVFP4) { /* natural order, then the tables the fused loop reads */
+        memcpy(xp, x, (size_t)w->cols * sizeof *xp);
+        nvfp4_products(w->global_scale, xp + ((w->cols + 15) & ~(int64_t)15));
+        return 1;
+    }
     if (w->fmt != DR_WF_AFFINE || w->bits != 4) return 0;
     int64_t body = w->cols & ~(int64_t)31;
     /* per 16: evens then odds (xp[k + l] = x[k + 2l], xp[k + 8 + l] = x[k + 2l + 1]); moves only */
@@ -406,9 +418,10 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
         float g = w->global_scale;
         const __m256 vg = _mm256_set1_ps(g);
         int tables = nvfp4_row_tables_exact(w, srow);
+        const float *tab = x + ((cols + 15) & ~(int64_t)15); /* nvfp4_products, built by order_x */
         for (int64_t k = 0; tables && k < body; k += 32) {
             /* two blocks of 16: one table each, then per 8 codes srlv, permute, shift, xor, fma */
-            __m256 t0 = nvfp4_table(srow[k / 16], vg), t1 = nvfp4_table(srow[k / 16 + 1], vg);
+            __m256 t0 = _mm256_loadu_ps(tab + 8 * (srow[k / 16] & 0x7F)), t1 = _mm256_loadu_ps(tab + 8 * (srow[k / 16 + 1] & 0x7F));
             const uint8_t *p = row + k / 2;
             PREFETCH(p);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), nvfp4x8(load_u32(p), t0), a0);
