@@ -41,6 +41,9 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #define PF_AHEAD 512
 #endif
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_AHEAD, _MM_HINT_T0)
+#ifndef SCAN_AHEAD
+#define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
+#endif
 
 
 /* the canonical reduction of sums a = s[0..15], b = s[16..31] (kernels.h) */
@@ -288,7 +291,10 @@ TGT static int e4m3_has_nan(const uint8_t *p, int64_t n) {
     const __m512i m7f = _mm512_set1_epi8(0x7F);
     __m512i mx = _mm512_setzero_si512();
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) mx = _mm512_max_epu8(mx, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), m7f));
+    for (; i + 64 <= n; i += 64) { /* this scan is the first read of the row: it carries the prefetch */
+        _mm_prefetch((const char *)(p + i) + SCAN_AHEAD, _MM_HINT_T0);
+        mx = _mm512_max_epu8(mx, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), m7f));
+    }
     int found = _mm512_cmpeq_epi8_mask(mx, m7f) != 0;
     for (; i < n; i++) found |= (p[i] & 0x7F) == 0x7F;
     return found;
