@@ -76,7 +76,7 @@ DR_CPU_VEC_DECLARE(dr_cpu_avx512p1)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p4)
-enum { DR_CPU_FUSED_ROWS = 4, DR_CPU_XORDER_EXTRA = 128 * 16 };
+enum { DR_CPU_FUSED_ROWS = 4, DR_CPU_XORDER_EXTRA = 256 * 16 }; /* NVFP4: 16 floats per scale code */
 #define DR_CPU_VEC512_DECLARE(prefix) \
     int prefix##_fused_rows(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512)

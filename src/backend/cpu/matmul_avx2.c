@@ -23,12 +23,22 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
-/* Software prefetch PF_AHEAD bytes ahead of the weight stream in the n = 1 loops: the hardware
- * prefetcher alone leaves the loop waiting on memory at the start of each short row. */
+/* Software prefetch in the n = 1 loops: a worker's next row is the next one in memory, so `ahead`
+ * = the row's bytes (times the fewest rows that reach PF_AHEAD) prefetches the same place in the
+ * row that comes next, each line a row before it is read; the hardware prefetcher alone leaves the
+ * loop waiting on memory at the start of each short row. */
 #ifndef PF_AHEAD
-#define PF_AHEAD 512
+#define PF_AHEAD 512 /* the least distance, and the distance for rows past PF_SPAN_MAX */
 #endif
-#define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_AHEAD, _MM_HINT_T0)
+#define PF_SPAN_MAX 16384 /* farther than this would push the current row out of L1 */
+#define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
+static inline int64_t pf_ahead(int64_t span) {
+    return span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+}
+/* lines [p + ahead, p + ahead + bytes), at most 4 KiB: a per-row side stream (scales) */
+#define PREFETCH_SPAN(p, bytes, ahead)                                           \
+    for (int64_t o_ = 0; o_ < (int64_t)(bytes) && o_ < 4096; o_ += 64)          \
+        _mm_prefetch((const char *)(p) + (ahead) + o_, _MM_HINT_T0)
 #ifndef SCAN_AHEAD
 #define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
 #endif
@@ -117,11 +127,12 @@ TGT static inline uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
-/* NVFP4 tables of every scale code (7 bits: the sign bit is ignored) for the product's global scale,
- * built once per product by order_x after x (8 floats each) instead of per block and row */
+/* NVFP4 tables of every scale code byte (the sign bit is ignored: c and c | 0x80 get the same one)
+ * for the product's global scale, built once per product by order_x after x (8 floats each)
+ * instead of per block and row */
 TGT static void nvfp4_products(float g, float *tables) {
     const __m256 vg = _mm256_set1_ps(g);
-    for (int c = 0; c < 128; c++) _mm256_storeu_ps(tables + 8 * c, nvfp4_table((uint8_t)c, vg));
+    for (int c = 0; c < 256; c++) _mm256_storeu_ps(tables + 8 * c, nvfp4_table((uint8_t)c, vg));
 }
 
 /* the table path's condition (nvfp4_table): finite global scale, no NaN block scale in the row */
@@ -366,6 +377,7 @@ TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1
  * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
 TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    const int64_t ahead = pf_ahead(w->row_bytes);
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     float t;
@@ -421,11 +433,12 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         float g = w->global_scale;
         const __m256 vg = _mm256_set1_ps(g);
+        if (r + 1 < w->rows) PREFETCH_SPAN(srow, w->scale_cols, w->scale_cols); /* the next row's scales */
         int tables = nvfp4_row_tables_exact(w, srow);
         const float *tab = x + ((cols + 15) & ~(int64_t)15); /* nvfp4_products, built by order_x */
         for (int64_t k = 0; tables && k < body; k += 32) {
             /* two blocks of 16: one table each, then per 8 codes srlv, permute, shift, xor, fma */
-            __m256 t0 = _mm256_loadu_ps(tab + 8 * (srow[k / 16] & 0x7F)), t1 = _mm256_loadu_ps(tab + 8 * (srow[k / 16 + 1] & 0x7F));
+            __m256 t0 = _mm256_loadu_ps(tab + 8 * srow[k / 16]), t1 = _mm256_loadu_ps(tab + 8 * srow[k / 16 + 1]);
             const uint8_t *p = row + k / 2;
             PREFETCH(p);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), nvfp4x8(load_u32(p), t0), a0);
@@ -459,6 +472,11 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
         int lg = g == 32 ? 5 : g == 64 ? 6 : 7;
         const __m256i low4 = _mm256_set1_epi32(0xF);
         float sv[64], bv[64];
+        if (r + 1 < w->rows) { /* the next row's scales and biases */
+            int64_t el = (int64_t)dr_dtype_size(w->scale_dtype);
+            PREFETCH_SPAN(w->scales + sbase * el, w->scale_cols * el, w->scale_cols * el);
+            PREFETCH_SPAN(w->biases + sbase * el, w->scale_cols * el, w->scale_cols * el);
+        }
         /* spans of up to 64 groups: scales and biases loaded once, then one flat loop over the
          * span's columns per (bits, exactness) case, so no branch or loop setup runs per group */
         for (int64_t gi = 0; gi < w->scale_cols; gi += 64) {

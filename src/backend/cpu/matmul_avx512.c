@@ -35,12 +35,18 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #define NR DR_CPU_FUSED_ROWS
 #define FOR_ROWS _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++)
 
-/* Software prefetch PF_AHEAD bytes ahead in each row's code stream: the rows of one call are
- * short, interleaved streams that the hardware prefetcher ramps up on too late. */
+/* Software prefetch in each row's code stream: the rows of one call are short, interleaved
+ * streams that the hardware prefetcher ramps up on too late. The rows of a call are contiguous and
+ * the next call (task) of a worker takes the next rows, so `ahead` = the call's span of bytes
+ * prefetches the same place in the rows that come next: each line one call before it is read. */
 #ifndef PF_AHEAD
-#define PF_AHEAD 512
+#define PF_AHEAD 512 /* the least distance, and the distance for spans past PF_SPAN_MAX */
 #endif
-#define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_AHEAD, _MM_HINT_T0)
+#define PF_SPAN_MAX 16384 /* farther than this would push the current rows out of L1 */
+#define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
+static inline int64_t pf_ahead(int64_t span) {
+    return span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+}
 #ifndef SCAN_AHEAD
 #define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
 #endif
@@ -74,16 +80,17 @@ INL float hsum_pairs(__m512 ev, __m512 od) {
 #define NIB_SHIFT _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24)
 INL __m512i bytes16_bcast(const uint8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)p)); }
 
-/* NVFP4: every block's table t[c] = (e2m1(c) * s) * g depends only on the scale code (7 bits; the
- * sign bit is ignored) and the product's global scale g, so the 128 tables are built once per
- * product (after x in the order_x buffer, DR_CPU_XORDER_EXTRA floats) with the reference's two
- * products; the loop then loads its block's 16 entries instead of widening a scale and
- * multiplying twice per block and row. Scale code 0x7F gives NaN entries, as the reference. */
+/* NVFP4: every block's table t[c] = (e2m1(c) * s) * g depends only on the scale code and the
+ * product's global scale g, so the 256 tables (the sign bit is ignored: codes c and c | 0x80 get
+ * the same one, and the loop indexes with the byte as stored) are built once per product (after x
+ * in the order_x buffer, DR_CPU_XORDER_EXTRA floats) with the reference's two products; the loop
+ * then loads its block's 16 entries instead of widening a scale and multiplying twice per block
+ * and row. Scale code 0x7F gives NaN entries, as the reference. */
 TGT static void nvfp4_products(float g, float *tables) {
     const float mags[16] = {0.0f,  0.5f,  PLANT == 3 ? 1.5f : 1.0f,  PLANT == 3 ? 1.0f : 1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                             -0.0f, -0.5f, PLANT == 3 ? -1.5f : -1.0f, PLANT == 3 ? -1.0f : -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
     const __m512 e2m1 = _mm512_loadu_ps(mags), vg = _mm512_set1_ps(g);
-    for (int c = 0; c < 128; c++)
+    for (int c = 0; c < 256; c++)
         _mm512_storeu_ps(tables + 16 * c, _mm512_mul_ps(_mm512_mul_ps(e2m1, _mm512_set1_ps(dr_ue4m3_to_f32((uint8_t)c))), vg));
 }
 
@@ -125,6 +132,7 @@ static inline float dense_value(dr_wfmt f, const uint8_t *row, int64_t k) {
     INL void NAME(const dr_weight *w, int64_t r, const int nr, const float *x, float *y) {        \
         int64_t cols = w->cols, body = cols & ~(int64_t)31;                                          \
         const uint8_t *row[NR];                                                                      \
+        const int64_t ahead = pf_ahead(nr * w->row_bytes);                                          \
         __m512 a[NR], b[NR];                                                                         \
         FOR_ROWS {                                                                                   \
             row[i] = w->data + (size_t)(r + i) * w->row_bytes;                                       \
@@ -171,18 +179,30 @@ INL void load_scales(const uint8_t *base, dr_dtype dt, int64_t i0, int cnt, floa
     }
 }
 
+/* the scales and biases of the nr rows after [r, r + nr), for the next call (at most 4 KiB each) */
+INL void prefetch_next_scales(const dr_weight *w, int64_t r, int nr) {
+    if (r + 2 * nr > w->rows) return;
+    int64_t el = (int64_t)dr_dtype_size(w->scale_dtype), at = (r + nr) * w->scale_cols * el;
+    for (int64_t o = 0; o < nr * w->scale_cols * el && o < 4096; o += 64) {
+        _mm_prefetch((const char *)(w->scales + at + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w->biases + at + o), _MM_HINT_T0);
+    }
+}
+
 /* 4 bits: per group a table t[q] = s * q + b, the reference's two roundings for each code */
 INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp, float *y) {
     const int64_t g = w->group, ng = w->scale_cols;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i sh = NIB_SHIFT, sh4 = _mm512_add_epi32(sh, _mm512_set1_epi32(4));
     const uint8_t *row[NR];
+    const int64_t ahead = pf_ahead(nr * w->row_bytes);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
         a[i] = b[i] = _mm512_setzero_ps();
     }
     float sv[NR][GSPAN], bv[NR][GSPAN];
+    prefetch_next_scales(w, r, nr);
     for (int64_t gi = 0; gi < ng; gi++) {
         if (gi % GSPAN == 0) {
             int cnt = ng - gi < GSPAN ? (int)(ng - gi) : GSPAN;
@@ -211,12 +231,14 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
 INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, float *y) {
     const int64_t g = w->group, ng = w->scale_cols;
     const uint8_t *row[NR];
+    const int64_t ahead = pf_ahead(nr * w->row_bytes);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
         a[i] = b[i] = _mm512_setzero_ps();
     }
     float sv[NR][GSPAN], bv[NR][GSPAN];
+    prefetch_next_scales(w, r, nr);
     for (int64_t gi = 0; gi < ng; gi++) {
         if (gi % GSPAN == 0) {
             int cnt = ng - gi < GSPAN ? (int)(ng - gi) : GSPAN;
@@ -254,6 +276,7 @@ INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp
     const __m512i sh = NIB_SHIFT, sh4 = _mm512_add_epi32(sh, _mm512_set1_epi32(4));
     const __m512i low4 = _mm512_set1_epi32(0xF);
     const uint8_t *row[NR], *srow[NR];
+    const int64_t ahead = pf_ahead(nr * w->row_bytes), sahead = pf_ahead(nr * w->scale_cols);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
@@ -262,11 +285,12 @@ INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp
     }
     for (int64_t k = 0; k < body; k += 32) {
         __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
+        if ((k & 511) == 0) /* the scales: a line per 1024 columns */
+            FOR_ROWS _mm_prefetch((const char *)(srow[i] + k / 16) + sahead, _MM_HINT_T0);
         FOR_ROWS {
             PREFETCH(row[i] + k / 2);
-            if ((k & 511) == 0) PREFETCH(srow[i] + k / 16); /* the scales: a line per 1024 columns */
-            __m512 t0 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16] & 0x7F));
-            __m512 t1 = _mm512_loadu_ps(tables + 16 * (srow[i][k / 16 + 1] & 0x7F));
+            __m512 t0 = _mm512_loadu_ps(tables + 16 * srow[i][k / 16]);
+            __m512 t1 = _mm512_loadu_ps(tables + 16 * srow[i][k / 16 + 1]);
             __m512i v = bytes16_bcast(row[i] + k / 2);
             __m512i lo = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(v, sh), low4, second, 0xEA); /* (. & 15) | second */
             __m512i hi = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(v, sh4), low4, second, 0xEA);
@@ -321,6 +345,7 @@ INL void fp8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, f
     int64_t bc = w->fmt == DR_WF_FP8_TENSOR ? (body > 0 ? body : 32) : w->block_cols;
     const __m512i keep = _mm512_set1_epi32((int)0x87F00000u); /* sign + 7 code bits */
     const uint8_t *row[NR];
+    const int64_t ahead = pf_ahead(nr * w->row_bytes);
     __m512 a[NR], b[NR];
     float sc[NR][FP8_MAXBLK];
     FOR_ROWS {
