@@ -189,7 +189,22 @@ INL void prefetch_next_scales(const dr_weight *w, int64_t r, int nr) {
     }
 }
 
-/* 4 bits: per group a table t[q] = s * q + b, the reference's two roundings for each code */
+/* Scales BF16/F16: s * q is exact in fp32 (at most 8 + 8 or 11 + 8 significant bits) unless it
+ * overflows, so the reference's round(round(s * q) + b) equals fma(s, q, b); |s| <= 2^100 rules
+ * out overflow and NaN (the condition of matmul_avx2.c's affine_fma_exact), for every row's cnt */
+INL int fma_exact(dr_dtype dt, float sv[][GSPAN], int nr, int cnt) {
+    if (dt != DR_DT_BF16 && dt != DR_DT_F16) return 0;
+    __mmask16 bad = 0;
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < cnt; j += 16) { /* the last 16 masked */
+            __mmask16 m = cnt - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cnt - j)) - 1u);
+            bad |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, sv[i] + j)), _mm512_set1_ps(0x1p100f), _CMP_NLE_UQ);
+        }
+    return bad == 0;
+}
+
+/* 4 bits: per group a table t[q] = s * q + b, the reference's two roundings for each code (one fma
+ * where that is exact) */
 INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp, float *y) {
     const int64_t g = w->group, ng = w->scale_cols;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -203,6 +218,7 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
     }
     float sv[NR][GSPAN], bv[NR][GSPAN];
     prefetch_next_scales(w, r, nr);
+    int fma_ok = 0;
     for (int64_t gi = 0; gi < ng; gi++) {
         if (gi % GSPAN == 0) {
             int cnt = ng - gi < GSPAN ? (int)(ng - gi) : GSPAN;
@@ -210,9 +226,11 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
                 load_scales(w->scales, w->scale_dtype, (r + i) * ng + gi, cnt, sv[i]);
                 load_scales(w->biases, w->scale_dtype, (r + i) * ng + gi, cnt, bv[i]);
             }
+            fma_ok = fma_exact(w->scale_dtype, sv, nr, cnt);
         }
         __m512 t[NR];
-        FOR_ROWS t[i] = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(sv[i][gi % GSPAN]), iota), _mm512_set1_ps(bv[i][gi % GSPAN]));
+        if (fma_ok) FOR_ROWS t[i] = _mm512_fmadd_ps(_mm512_set1_ps(sv[i][gi % GSPAN]), iota, _mm512_set1_ps(bv[i][gi % GSPAN]));
+        else FOR_ROWS t[i] = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(sv[i][gi % GSPAN]), iota), _mm512_set1_ps(bv[i][gi % GSPAN]));
         for (int64_t k = gi * g; k < (gi + 1) * g; k += 32) {
             __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
             FOR_ROWS {
@@ -239,6 +257,7 @@ INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *
     }
     float sv[NR][GSPAN], bv[NR][GSPAN];
     prefetch_next_scales(w, r, nr);
+    int fma_ok = 0;
     for (int64_t gi = 0; gi < ng; gi++) {
         if (gi % GSPAN == 0) {
             int cnt = ng - gi < GSPAN ? (int)(ng - gi) : GSPAN;
@@ -246,22 +265,31 @@ INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *
                 load_scales(w->scales, w->scale_dtype, (r + i) * ng + gi, cnt, sv[i]);
                 load_scales(w->biases, w->scale_dtype, (r + i) * ng + gi, cnt, bv[i]);
             }
+            fma_ok = fma_exact(w->scale_dtype, sv, nr, cnt);
         }
         __m512 s[NR], bi[NR];
         FOR_ROWS {
             s[i] = _mm512_set1_ps(sv[i][gi % GSPAN] * (PLANT == 1 ? 2.0f : 1.0f));
             bi[i] = _mm512_set1_ps(bv[i][gi % GSPAN]);
         }
-        for (int64_t k = gi * g; k < (gi + 1) * g; k += 32) {
-            __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-            FOR_ROWS {
-                PREFETCH(row[i] + k);
 #define Q8(off) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(row[i] + k + (off)))))
-                a[i] = _mm512_fmadd_ps(x0, _mm512_add_ps(_mm512_mul_ps(s[i], Q8(0)), bi[i]), a[i]);
-                b[i] = _mm512_fmadd_ps(x1, _mm512_add_ps(_mm512_mul_ps(s[i], Q8(16)), bi[i]), b[i]);
+#define AF8_LOOP(DEQ)                                                              \
+    for (int64_t k = gi * g; k < (gi + 1) * g; k += 32) {                           \
+        __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);      \
+        FOR_ROWS {                                                                  \
+            PREFETCH(row[i] + k);                                                   \
+            a[i] = _mm512_fmadd_ps(x0, DEQ(Q8(0)), a[i]);                           \
+            b[i] = _mm512_fmadd_ps(x1, DEQ(Q8(16)), b[i]);                          \
+        }                                                                           \
+    }
+#define DEQ_FMA(q) _mm512_fmadd_ps(s[i], q, bi[i])
+#define DEQ_MUL_ADD(q) _mm512_add_ps(_mm512_mul_ps(s[i], q), bi[i])
+        if (fma_ok) AF8_LOOP(DEQ_FMA)
+        else AF8_LOOP(DEQ_MUL_ADD)
+#undef AF8_LOOP
+#undef DEQ_FMA
+#undef DEQ_MUL_ADD
 #undef Q8
-            }
-        }
     }
     FOR_ROWS y[i] = hsum_canonical(a[i], b[i]);
 }
