@@ -97,7 +97,8 @@ static void put_scale(uint8_t *base, dr_dtype dt, int64_t i, float v) {
 
 /* Scale and bias of group i of a row of kind `kind` (row % 4): 0 ordinary values only, 1 also
  * zero, negative and subnormal scales (products stay finite), 2 also scales whose s * q overflows
- * (huge ones only in F32/BF16) with a bias that would make fma(s, q, b) finite, 3 also NaN / -Inf /
+ * (huge ones only in F32/BF16; their groups' codes set to 4) with a bias that would make
+ * fma(s, q, b) finite, 3 also NaN / -Inf /
  * -0 biases. Kinds 0 and 1 keep finite products for the comparison to look at. */
 static float affine_scale(dr_dtype dt, int64_t i, int kind) {
     if (kind == 1 && i % 11 == 3) return 0.0f;
@@ -108,7 +109,9 @@ static float affine_scale(dr_dtype dt, int64_t i, int kind) {
 }
 
 static float affine_bias(int64_t i, int kind) {
-    if (kind == 2 && i % 11 == 9) return -3.0e38f; /* with the overflowing scale: fma(s, q, b) would be finite */
+    /* with the overflowing scale and q = 4: s * q rounds to +Inf, fma(s, q, b) = 2^120 (the largest
+     * BF16 below 2^128, so the sums stay finite where an fma was wrongly taken) */
+    if (kind == 2 && i % 11 == 9) return -0x1.fep127f;
     if (kind == 3 && i % 13 == 4) return NAN;
     if (kind == 3 && i % 13 == 8) return -INFINITY;
     if (kind == 3 && i % 13 == 10) return -0.0f;
@@ -131,6 +134,13 @@ static void test_affine_scale_dtypes(void **state) {
                     int kind = (int)((int64_t)i / (cols / g) % 4); /* by row */
                     put_scale(sc, dts[di], (int64_t)i, affine_scale(dts[di], (int64_t)i, kind));
                     put_scale(bi, dts[di], (int64_t)i, affine_bias((int64_t)i, kind));
+                    if (kind == 2 && i % 11 == 9) /* codes 4: s * q overflows, fma(s, q, b) would not */
+                        for (int64_t c = (int64_t)(i % (size_t)(cols / g)) * g, e = c + g; c < e; c++) {
+                            int64_t at = (int64_t)i / (cols / g) * cols + c; /* element of the matrix */
+                            uint8_t q = 4;
+                            if (bits == 8) codes[at] = q;
+                            else codes[at / 2] = (uint8_t)(at & 1 ? (codes[at / 2] & 0x0F) | (q << 4) : (codes[at / 2] & 0xF0) | q);
+                        }
                 }
                 dr_tensor tw = {.name = "aff.weight", .dtype = DR_DT_U32, .ndim = 2, .shape = {rows, cols * bits / 32},
                                 .data = codes, .nbytes = nb};
