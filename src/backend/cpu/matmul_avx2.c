@@ -32,8 +32,13 @@
 #endif
 #define PF_SPAN_MAX 16384 /* farther than this would push the current row out of L1 */
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
-static inline int64_t pf_ahead(int64_t span) {
-    return span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+/* the distance for row r's code stream; 0 (the lines being read) where p + ahead would pass the
+ * weight's end: pointer arithmetic past one past the end is UB even though a prefetch never
+ * faults, and those rows do not exist */
+static inline int64_t pf_ahead(const dr_weight *w, int64_t r) {
+    int64_t span = w->row_bytes;
+    int64_t a = span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+    return (r + 1) * span + a <= w->rows * span ? a : 0;
 }
 /* lines [p + ahead, p + ahead + bytes), at most 4 KiB: a per-row side stream (scales) */
 #define PREFETCH_SPAN(p, bytes, ahead)                                           \
@@ -67,13 +72,14 @@ TGT static inline __m256 e4m3x8(__m256i b) {
     return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
 }
 
-/* any code 0x7F / 0xFF (NaN) in n bytes: the largest low-7-bit value is 0x7F */
-TGT static int e4m3_row_has_nan(const uint8_t *p, int64_t n) {
+/* any code 0x7F / 0xFF (NaN) in n bytes, of `avail` from p to the end of the buffer: the largest
+ * low-7-bit value is 0x7F */
+TGT static int e4m3_row_has_nan(const uint8_t *p, int64_t n, int64_t avail) {
     const __m256i m7f = _mm256_set1_epi8(0x7F);
     __m256i mx = _mm256_setzero_si256();
-    int64_t i = 0;
+    int64_t i = 0, sa = n + SCAN_AHEAD <= avail ? SCAN_AHEAD : 0; /* in bounds, as pf_ahead */
     for (; i + 64 <= n; i += 64) { /* the first read of an FP8 row: it carries the prefetch */
-        _mm_prefetch((const char *)(p + i) + SCAN_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + sa, _MM_HINT_T0);
         __m256i v0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7f);
         __m256i v1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32)), m7f);
         mx = _mm256_max_epu8(mx, _mm256_max_epu8(v0, v1));
@@ -136,8 +142,8 @@ TGT static void nvfp4_products(float g, float *tables) {
 }
 
 /* the table path's condition (nvfp4_table): finite global scale, no NaN block scale in the row */
-TGT static int nvfp4_row_tables_exact(const dr_weight *w, const uint8_t *srow) {
-    return isfinite(w->global_scale) && !e4m3_row_has_nan(srow, w->scale_cols);
+TGT static int nvfp4_row_tables_exact(const dr_weight *w, int64_t r, const uint8_t *srow) {
+    return isfinite(w->global_scale) && !e4m3_row_has_nan(srow, w->scale_cols, (w->rows - r) * w->scale_cols);
 }
 
 /* Affine groups whose scales are BF16/F16: s * q is exact in fp32 (at most 8 + 8 or 11 + 8
@@ -204,7 +210,7 @@ TGT void AVX2_NAME(dequant_row)(const dr_weight *w, int64_t r, float *out) {
     case DR_WF_FP8_TENSOR:
     case DR_WF_FP8_BLOCK: {
         int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
-        int has_nan = e4m3_row_has_nan(row, cols); /* one cheap byte scan instead of a blend per code */
+        int has_nan = e4m3_row_has_nan(row, cols, (w->rows - r) * w->row_bytes); /* one cheap byte scan instead of a blend per code */
         int64_t bc = per_tensor ? cols : w->block_cols;
         int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
         /* one segment per scale block, so a block width that is not a multiple of 8 still works */
@@ -236,7 +242,7 @@ TGT void AVX2_NAME(dequant_row)(const dr_weight *w, int64_t r, float *out) {
     case DR_WF_NVFP4: {
         const uint8_t *srow = w->scales + (size_t)r * (size_t)w->scale_cols;
         __m256 g = _mm256_set1_ps(w->global_scale);
-        if (nvfp4_row_tables_exact(w, srow)) {
+        if (nvfp4_row_tables_exact(w, r, srow)) {
             for (int64_t c = 0; c < cols; c += 16) { /* cols % 16 == 0 is checked at bind */
                 __m256 t = nvfp4_table(srow[c / 16], g);
                 _mm256_storeu_ps(out + c, nvfp4x8(load_u32(row + c / 2), t));
@@ -377,7 +383,7 @@ TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1
  * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
 TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-    const int64_t ahead = pf_ahead(w->row_bytes);
+    const int64_t ahead = pf_ahead(w, r);
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     float t;
@@ -434,7 +440,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
         float g = w->global_scale;
         const __m256 vg = _mm256_set1_ps(g);
         if (r + 1 < w->rows) PREFETCH_SPAN(srow, w->scale_cols, w->scale_cols); /* the next row's scales */
-        int tables = nvfp4_row_tables_exact(w, srow);
+        int tables = nvfp4_row_tables_exact(w, r, srow);
         const float *tab = x + ((cols + 15) & ~(int64_t)15); /* nvfp4_products, built by order_x */
         for (int64_t k = 0; tables && k < body; k += 32) {
             /* two blocks of 16: one table each, then per 8 codes srlv, permute, shift, xor, fma */
@@ -528,7 +534,7 @@ TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, floa
     if (!per_tensor && bc % 32 != 0) return 0;
     int64_t sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
     int64_t nsc = per_tensor ? 1 : w->scale_cols;
-    if (e4m3_row_has_nan(row, cols)) return 0;
+    if (e4m3_row_has_nan(row, cols, (w->rows - r) * w->row_bytes)) return 0;
     const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
     float sv[64];
     /* block by block (no division in the loop); scales fetched and checked 64 blocks at a time

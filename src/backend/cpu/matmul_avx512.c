@@ -44,9 +44,15 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #endif
 #define PF_SPAN_MAX 16384 /* farther than this would push the current rows out of L1 */
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
-static inline int64_t pf_ahead(int64_t span) {
-    return span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+/* the distance for a call reading its rows' bytes up to offset `end` of a `total`-byte stream;
+ * 0 (the lines being read) where p + ahead would pass the stream's end: pointer arithmetic past
+ * one past the end is UB even though a prefetch never faults, and those rows do not exist */
+static inline int64_t pf_ahead(int64_t span, int64_t end, int64_t total) {
+    int64_t a = span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
+    return end + a <= total ? a : 0;
 }
+/* the code stream of rows [r, r + nr) */
+#define PF_AHEAD_ROWS(w, r, nr) pf_ahead((nr) * (w)->row_bytes, ((r) + (nr)) * (w)->row_bytes, (w)->rows * (w)->row_bytes)
 #ifndef SCAN_AHEAD
 #define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
 #endif
@@ -132,7 +138,7 @@ static inline float dense_value(dr_wfmt f, const uint8_t *row, int64_t k) {
     INL void NAME(const dr_weight *w, int64_t r, const int nr, const float *x, float *y) {        \
         int64_t cols = w->cols, body = cols & ~(int64_t)31;                                          \
         const uint8_t *row[NR];                                                                      \
-        const int64_t ahead = pf_ahead(nr * w->row_bytes);                                          \
+        const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);                                          \
         __m512 a[NR], b[NR];                                                                         \
         FOR_ROWS {                                                                                   \
             row[i] = w->data + (size_t)(r + i) * w->row_bytes;                                       \
@@ -210,7 +216,7 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i sh = NIB_SHIFT, sh4 = _mm512_add_epi32(sh, _mm512_set1_epi32(4));
     const uint8_t *row[NR];
-    const int64_t ahead = pf_ahead(nr * w->row_bytes);
+    const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
@@ -249,7 +255,7 @@ INL void affine4_rows(const dr_weight *w, int64_t r, const int nr, const float *
 INL void affine8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, float *y) {
     const int64_t g = w->group, ng = w->scale_cols;
     const uint8_t *row[NR];
-    const int64_t ahead = pf_ahead(nr * w->row_bytes);
+    const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
@@ -304,7 +310,7 @@ INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp
     const __m512i sh = NIB_SHIFT, sh4 = _mm512_add_epi32(sh, _mm512_set1_epi32(4));
     const __m512i low4 = _mm512_set1_epi32(0xF);
     const uint8_t *row[NR], *srow[NR];
-    const int64_t ahead = pf_ahead(nr * w->row_bytes), sahead = pf_ahead(nr * w->scale_cols);
+    const int64_t ahead = PF_AHEAD_ROWS(w, r, nr), sahead = pf_ahead(nr * w->scale_cols, (r + nr) * w->scale_cols, w->rows * w->scale_cols);
     __m512 a[NR], b[NR];
     FOR_ROWS {
         row[i] = w->data + (size_t)(r + i) * w->row_bytes;
@@ -338,13 +344,13 @@ INL void nvfp4_rows(const dr_weight *w, int64_t r, const int nr, const float *xp
 
 /* ---- FP8 E4M3 (per tensor, or blocks whose width is a multiple of 32) ---- */
 
-/* any code 0x7F / 0xFF (NaN) in n bytes */
-TGT static int e4m3_has_nan(const uint8_t *p, int64_t n) {
+/* any code 0x7F / 0xFF (NaN) in n bytes, of `avail` from p to the end of the buffer */
+TGT static int e4m3_has_nan(const uint8_t *p, int64_t n, int64_t avail) {
     const __m512i m7f = _mm512_set1_epi8(0x7F);
     __m512i mx = _mm512_setzero_si512();
-    int64_t i = 0;
+    int64_t i = 0, sa = n + SCAN_AHEAD <= avail ? SCAN_AHEAD : 0; /* in bounds, as pf_ahead */
     for (; i + 64 <= n; i += 64) { /* this scan is the first read of the row: it carries the prefetch */
-        _mm_prefetch((const char *)(p + i) + SCAN_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + sa, _MM_HINT_T0);
         mx = _mm512_max_epu8(mx, _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), m7f));
     }
     int found = _mm512_cmpeq_epi8_mask(mx, m7f) != 0;
@@ -373,7 +379,7 @@ INL void fp8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, f
     int64_t bc = w->fmt == DR_WF_FP8_TENSOR ? (body > 0 ? body : 32) : w->block_cols;
     const __m512i keep = _mm512_set1_epi32((int)0x87F00000u); /* sign + 7 code bits */
     const uint8_t *row[NR];
-    const int64_t ahead = pf_ahead(nr * w->row_bytes);
+    const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);
     __m512 a[NR], b[NR];
     float sc[NR][FP8_MAXBLK];
     FOR_ROWS {
@@ -414,7 +420,7 @@ INL void fp8_rows(const dr_weight *w, int64_t r, const int nr, const float *x, f
 TGT static int fp8_row_ok(const dr_weight *w, int64_t r, int same_scales_as_previous) {
     if (w->fmt == DR_WF_FP8_BLOCK && w->block_cols % 32 != 0) return 0;
     int64_t nblk = fp8_blocks(w);
-    if (nblk > FP8_MAXBLK || e4m3_has_nan(w->data + (size_t)r * w->row_bytes, w->cols)) return 0;
+    if (nblk > FP8_MAXBLK || e4m3_has_nan(w->data + (size_t)r * w->row_bytes, w->cols, (w->rows - r) * w->row_bytes)) return 0;
     if (same_scales_as_previous) return 1;
     float sc[FP8_MAXBLK];
     fp8_row_scales(w, r, nblk, sc);
