@@ -147,7 +147,7 @@ static inline float dense_value(dr_wfmt f, const uint8_t *row, int64_t k) {
         for (int64_t k = 0; k < body; k += 32) {                                                     \
             __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);                   \
             FOR_ROWS {                                                                               \
-                PREFETCH(row[i] + (ESZ) * k);                                                        \
+                if ((ESZ) != 4) PREFETCH(row[i] + (ESZ) * k); /* f32: cold no faster, hot 9% slower */ \
                 a[i] = _mm512_fmadd_ps(x0, LOAD(row[i] + (ESZ) * k), a[i]);                          \
                 b[i] = _mm512_fmadd_ps(x1, LOAD(row[i] + (ESZ) * (k + 16)), b[i]);                   \
             }                                                                                        \
