@@ -23,30 +23,7 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
-/* Software prefetch in the n = 1 loops: a worker's next row is the next one in memory, so `ahead`
- * = the row's bytes (times the fewest rows that reach PF_AHEAD) prefetches the same place in the
- * row that comes next, each line a row before it is read; the hardware prefetcher alone leaves the
- * loop waiting on memory at the start of each short row. */
-#ifndef PF_AHEAD
-#define PF_AHEAD 512 /* the least distance, and the distance for rows past PF_SPAN_MAX */
-#endif
-#define PF_SPAN_MAX 16384 /* farther than this would push the current row out of L1 */
-#define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
-/* the distance for row r's code stream; 0 (the lines being read) where p + ahead would pass the
- * weight's end: pointer arithmetic past one past the end is UB even though a prefetch never
- * faults, and those rows do not exist */
-static inline int64_t pf_ahead(const dr_weight *w, int64_t r) {
-    int64_t span = w->row_bytes;
-    int64_t a = span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
-    return (r + 1) * span + a <= w->rows * span ? a : 0;
-}
-/* lines [p + ahead, p + ahead + bytes), at most 4 KiB: a per-row side stream (scales) */
-#define PREFETCH_SPAN(p, bytes, ahead)                                           \
-    for (int64_t o_ = 0; o_ < (int64_t)(bytes) && o_ < 4096; o_ += 64)          \
-        _mm_prefetch((const char *)(p) + (ahead) + o_, _MM_HINT_T0)
-#ifndef SCAN_AHEAD
-#define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
-#endif
+#include "backend/cpu/prefetch.h"
 
 TGT static inline __m256i load8_u8(const uint8_t *p) {
     uint64_t v;
@@ -383,7 +360,7 @@ TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1
  * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
 TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-    const int64_t ahead = pf_ahead(w, r);
+    const int64_t ahead = PF_AHEAD_ROWS(w, r, 1);
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     float t;

@@ -35,27 +35,7 @@ void AVX512_NAME(dot_rows)(const float *x, int64_t ldx, int64_t n, const float *
 #define NR DR_CPU_FUSED_ROWS
 #define FOR_ROWS _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++)
 
-/* Software prefetch in each row's code stream: the rows of one call are short, interleaved
- * streams that the hardware prefetcher ramps up on too late. The rows of a call are contiguous and
- * the next call (task) of a worker takes the next rows, so `ahead` = the call's span of bytes
- * prefetches the same place in the rows that come next: each line one call before it is read. */
-#ifndef PF_AHEAD
-#define PF_AHEAD 512 /* the least distance, and the distance for spans past PF_SPAN_MAX */
-#endif
-#define PF_SPAN_MAX 16384 /* farther than this would push the current rows out of L1 */
-#define PREFETCH(p) _mm_prefetch((const char *)(p) + ahead, _MM_HINT_T0)
-/* the distance for a call reading its rows' bytes up to offset `end` of a `total`-byte stream;
- * 0 (the lines being read) where p + ahead would pass the stream's end: pointer arithmetic past
- * one past the end is UB even though a prefetch never faults, and those rows do not exist */
-static inline int64_t pf_ahead(int64_t span, int64_t end, int64_t total) {
-    int64_t a = span > PF_SPAN_MAX || span <= 0 ? PF_AHEAD : span * ((PF_AHEAD + span - 1) / span);
-    return end + a <= total ? a : 0;
-}
-/* the code stream of rows [r, r + nr) */
-#define PF_AHEAD_ROWS(w, r, nr) pf_ahead((nr) * (w)->row_bytes, ((r) + (nr)) * (w)->row_bytes, (w)->rows * (w)->row_bytes)
-#ifndef SCAN_AHEAD
-#define SCAN_AHEAD 2048 /* the FP8 NaN scan: a fast loop, so further ahead */
-#endif
+#include "backend/cpu/prefetch.h"
 
 
 /* the canonical reduction of sums a = s[0..15], b = s[16..31] (kernels.h) */
