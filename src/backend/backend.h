@@ -198,7 +198,7 @@ typedef struct dr_gdn_args {
     float *y;                  /* [n][C] scratch: after conv + SiLU */
     float *a, *b;              /* [n][nv] gate inputs, overwritten with g and beta */
     float *out;                /* [n][nv*dv] */
-    int recurrent;             /* 1: row by row only (switch deltanet.prefill = recurrent, the default) */
+    int recurrent;             /* 1: row by row only (switch deltanet.prefill = recurrent; default chunked) */
 } dr_gdn_args;
 
 /* The weights of one MoE layer as the MoE op reads them (model/backbone_load.c binds them). */

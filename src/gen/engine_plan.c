@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "base/receipt.h"
 #include "codec/view.h"
 #include "gen/engine_internal.h"
@@ -165,7 +166,9 @@ static int64_t prefill_scratch(const dr_gen_lm *g, int64_t rows, int64_t positio
     int64_t tw = (int64_t)t->dim * 8 + g->tower.input_dim * 2 + 2 * g->tower.ffn + t->head_vocab +
                  (int64_t)(t->n_head + 2 * t->n_kv_head) * t->head_dim;
     int64_t loop = 2 * H + t->num_codebooks + 1;
-    return (rows + 1) * (bb + tw + loop) * (int64_t)sizeof(float) + (int64_t)workers * positions * 2 * (int64_t)sizeof(float);
+    int64_t gdn = dr_op_gdn_chunk_scratch(DR_GDN_CHUNK, d->dk, d->dv); /* per worker, chunked DeltaNet */
+    return (rows + 1) * (bb + tw + loop) * (int64_t)sizeof(float) +
+           (int64_t)workers * (positions * 2 + gdn) * (int64_t)sizeof(float);
 }
 
 /* The generation session's own buffers (logits, hidden, sampler workspace). */
@@ -240,7 +243,9 @@ drama_status dr_plan_request(drama_model *m, const drama_request *req, int64_t p
         plan->max_rows = total - rc.end_turn < context ? total - rc.end_turn : context;
         if (longest_prompt > context) longest_prompt = context;
         int64_t max_rows_u = plan->guided ? plan->max_rows - (rc.sys_c - rc.sys_u) : 0;
-        int64_t prefill = prefill_rows_max > 0 && prefill_rows_max < longest_prompt ? prefill_rows_max : longest_prompt;
+        /* a slice's cuts land on DeltaNet blocks: up to one block more per prompt (dr_pl_gen_prefill) */
+        int64_t slice = prefill_rows_max > 0 ? prefill_rows_max + DR_GDN_CHUNK : longest_prompt;
+        int64_t prefill = slice < longest_prompt ? slice : longest_prompt;
         int W = 1 + nc, workers = dr_pool_threads(m->pool);
         int64_t chunk = req->stream_first_frames > req->stream_chunk_frames ? req->stream_first_frames
                                                                             : req->stream_chunk_frames;

@@ -289,10 +289,12 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
         guided = s->o.sp.cfg_gamma > 0 && has_ref;
     }
     if (guided) {
-        if (!uncond_rows || n_uncond <= 0)
+        /* a later call may carry none: the unconditional prompt can be complete before the other */
+        if (!s->prefilled && (!uncond_rows || n_uncond <= 0))
             return dr_fail(err, DRAMA_EINVAL, "cfg_gamma %g with a reference needs the unconditional rows",
                            (double)s->o.sp.cfg_gamma);
-        if ((st = check_rows(s, uncond_rows, n_uncond, "unconditional prefill", err))) return st;
+        if (n_uncond > 0 && !uncond_rows) return dr_fail(err, DRAMA_EINVAL, "unconditional prefill: rows missing");
+        if (n_uncond > 0 && (st = check_rows(s, uncond_rows, n_uncond, "unconditional prefill", err))) return st;
     }
     /* states are created only once the rows are known to be usable; leftovers of a first prefill
      * that failed before the backbone ran (out of memory) are empty and dropped, so a retry
@@ -317,7 +319,7 @@ drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_ro
     float *hidden = m->cache->hbuf + s->H;
     int pre = m->tower->d.input_pre_norm;
     st = dr_backbone_prefill(m->bb.model, m->cache->bws, s->cond, rows, n_rows, hidden, pre, s->logits_c, m->pool, err);
-    if (!st && s->guided)
+    if (!st && s->guided && n_uncond > 0)
         st = dr_backbone_prefill(m->bb.model, m->cache->bws, s->uncond, uncond_rows, n_uncond, NULL, 0, s->logits_u,
                                  m->pool, err);
     if (st) {

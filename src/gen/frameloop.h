@@ -88,7 +88,8 @@ void dr_gen_session_free(dr_gen_session *s);
 
 /* Prefill (or extend) the conditional state with rows [n][1 + NC]. uncond_rows: the same request
  * without reference (used only when guidance is active; may be NULL otherwise). Guidance is
- * active when cfg_gamma > 0 and the request has a reference; it then requires uncond_rows. */
+ * active when cfg_gamma > 0 and the request has a reference; its first prefill then requires
+ * uncond_rows, later ones may pass none (n_uncond 0: the unconditional prompt is complete). */
 drama_status dr_gen_prefill(dr_gen_session *s, const int32_t *rows, int64_t n_rows, const int32_t *uncond_rows,
                             int64_t n_uncond, drama_error *err);
 

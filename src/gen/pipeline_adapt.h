@@ -90,11 +90,14 @@ drama_status dr_pl_gen_prompt(dr_pl_gen *g, drama_model *m, const dr_pl_text *te
                               int64_t context, int64_t frames_ahead, int64_t *prompt_rows, drama_error *err);
 /* Rows not yet in the states (conditional + unconditional). */
 int64_t dr_pl_gen_pending(const dr_pl_gen *g);
-/* One prefill call over the next pending rows: at most max_rows (conditional + unconditional; 0 =
+/* One prefill call over the next pending rows: about max_rows (conditional + unconditional; 0 =
  * all), never past conditional row stop_cond and unconditional row stop_uncond when stop_cond is
- * ahead (0 = no stop). Guided calls carry rows of both prompts, in proportion, so a call can take
- * more rows than max_rows when one prompt is much shorter. *used = rows prefilled. The slicing
- * never changes a result (dr_gen_prefill extends a state exactly). */
+ * ahead (0 = no stop), nor past the voice prefix (always a cut). With deltanet.prefill=chunked
+ * every other cut lands on a multiple of DR_GDN_CHUNK (64) positions, so a call can take up to
+ * one block more than max_rows per prompt. Guided calls advance both prompts in proportion; the
+ * unconditional one may be complete first (later calls carry conditional rows only). *used =
+ * rows prefilled. The slicing never changes a result (aligned cuts; dr_gen_prefill extends a
+ * state exactly). */
 drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond, int64_t stop_uncond, int64_t *used,
                                drama_error *err);
 /* The voice prefix of the current prompts (batch 0 with references, nothing prefilled yet), else

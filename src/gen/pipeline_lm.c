@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "gen/frameloop.h"
 #include "gen/pipeline_adapt.h"
 #include "gen/session.h"
@@ -28,6 +29,7 @@ struct dr_pl_gen {
     dr_codes *hist;         /* [n_hist] frames of each batch, in order (the last is the current) */
     int n_hist;
     int first_kept;         /* oldest batch still in the prompt history (TEXT.md 4.6) */
+    int64_t align;          /* prefill pieces cut at multiples of this position (next_piece) */
 };
 
 drama_status dr_pl_encode_audio(drama_model *m, const dr_codec *codec, const char *path, const void *data, size_t n,
@@ -139,6 +141,7 @@ drama_status dr_pl_gen_create(drama_model *m, const dr_pl_gen_params *p, dr_pl_g
     g->o.sp.frame_cap = p->frame_cap;
     g->o.has_reference = p->has_reference;
     g->guided_prompt = p->cfg_gamma > 0 && p->has_reference;
+    g->align = m->cfg->sw.deltanet_prefill_recurrent ? 1 : DR_GDN_CHUNK;
     drama_status st = dr_gen_session_create(&m->lm->g->model, &g->o, &g->s, err);
     if (st != DRAMA_OK) {
         free(g);
@@ -274,20 +277,39 @@ int dr_pl_gen_is_guided(const dr_pl_gen *g) { return g->guided_prompt; }
 
 int64_t dr_pl_gen_fed(const dr_pl_gen *g, int uncond) { return uncond ? g->uncond_fed : g->cond_fed; }
 
-/* Rows of the next call: unguided, up to `budget`; guided, both prompts advance together (every
- * call must carry rows of each) in proportion, so both reach their ends in the same call. */
-static void next_piece(int64_t rc, int64_t ru, int guided, int64_t budget, int64_t *c, int64_t *u) {
-    if (!guided) {
-        *c = budget > 0 && budget < rc ? budget : rc;
-        *u = 0;
+/* Rows of a piece from position fed toward fed + want, never past end (a forced cut: the prompt's
+ * end or the voice prefix): an inner cut lands on a multiple of align (DR_GDN_CHUNK positions with
+ * deltanet.prefill=chunked, so whole DeltaNet blocks run in the chunked form and the result does
+ * not depend on the budget; 1 when row by row); when no multiple lies in (fed, fed + want] the
+ * piece runs to the next one (at most one block). */
+static int64_t aligned_piece(int64_t fed, int64_t want, int64_t end, int64_t align) {
+    if (fed + want >= end) return end - fed;
+    int64_t cut = (fed + want) / align * align;
+    if (cut <= fed) cut = (fed / align + 1) * align;
+    return (cut < end ? cut : end) - fed;
+}
+
+/* Rows of the next call, from positions fc (conditional) and fu (unconditional), rc and ru rows
+ * left before their cuts: unguided, about `budget` (0: all); guided, both prompts advance in
+ * proportion, each cut aligned; the unconditional may finish first (later calls carry none) but
+ * never after the conditional, so both reach their cuts by the same call. */
+static void next_piece(int64_t fc, int64_t rc, int64_t fu, int64_t ru, int64_t budget, int64_t align, int64_t *c,
+                       int64_t *u) {
+    *u = 0;
+    if (budget <= 0) {
+        *c = rc;
+        *u = ru;
         return;
     }
-    int64_t pieces = budget > 0 ? (rc + ru + budget - 1) / budget : 1;
+    if (ru <= 0) {
+        *c = aligned_piece(fc, budget, fc + rc, align);
+        return;
+    }
+    int64_t pieces = (rc + ru + budget - 1) / budget;
     if (pieces > rc) pieces = rc;
-    if (pieces > ru) pieces = ru;
     if (pieces < 1) pieces = 1;
-    *c = (rc + pieces - 1) / pieces;
-    *u = (ru + pieces - 1) / pieces;
+    *c = aligned_piece(fc, (rc + pieces - 1) / pieces, fc + rc, align);
+    *u = *c == rc ? ru : aligned_piece(fu, (ru + pieces - 1) / pieces, fu + ru, align);
 }
 
 drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond, int64_t stop_uncond, int64_t *used,
@@ -295,18 +317,23 @@ drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond
     *used = 0;
     if (!g->started) return dr_fail(err, DRAMA_EINTERNAL, "pipeline: prefill before a prompt");
     int64_t end_c = g->cond.rows.n_rows, end_u = g->guided_prompt ? g->uncond.rows.n_rows : 0;
+    /* the voice prefix is always a cut, cached or not, so a cached voice changes no bit */
+    if (stop_cond <= g->cond_fed && g->cond_prefix > g->cond_fed && (!g->guided_prompt || g->uncond_prefix > 0)) {
+        stop_cond = g->cond_prefix;
+        stop_uncond = g->uncond_prefix;
+    }
     if (stop_cond > g->cond_fed && stop_cond < end_c) {
         end_c = stop_cond;
         if (g->guided_prompt) end_u = stop_uncond;
     }
     int64_t rc = end_c - g->cond_fed, ru = g->guided_prompt ? end_u - g->uncond_fed : 0;
     if (rc <= 0) return DRAMA_OK;
-    if (g->guided_prompt && ru <= 0)
+    if (g->guided_prompt && (ru < 0 || (g->uncond_fed == 0 && ru == 0)))
         return dr_fail(err, DRAMA_EINTERNAL, "pipeline: guided prefill without unconditional rows");
     int64_t c, u;
-    next_piece(rc, ru, g->guided_prompt, max_rows, &c, &u);
+    next_piece(g->cond_fed, rc, g->uncond_fed, ru, max_rows, g->align, &c, &u);
     const int64_t w = g->cond.rows.n_cols;
-    const int32_t *urows = g->guided_prompt ? g->uncond.rows.data + g->uncond_fed * w : NULL;
+    const int32_t *urows = u > 0 ? g->uncond.rows.data + g->uncond_fed * w : NULL;
     drama_status st = dr_gen_prefill(g->s, g->cond.rows.data + g->cond_fed * w, c, urows, u, err);
     if (st != DRAMA_OK) return st;
     g->cond_fed += c;

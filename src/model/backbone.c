@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
 #include "base/alloc.h"
 #include "model/state.h"
 
@@ -227,8 +228,9 @@ static drama_status host_rows(dr_backend *be, const dr_backbone *bb, dr_bb_ws *w
     return dr_bk_sync(be, err);
 }
 
-/* Long prefills run in chunks of CHUNK rows: results do not depend on how rows are grouped into
- * calls (see backbone.h), and the transient buffers (MoE gathers ~ 9 rows of H per row) stay bounded. */
+/* Long prefills run in chunks of at most CHUNK rows, cut at multiples of DR_GDN_CHUNK positions:
+ * results do not depend on how rows are grouped into such calls (see backbone.h), and the
+ * transient buffers (MoE gathers ~ 9 rows of H per row) stay bounded. */
 #define CHUNK 256
 
 static drama_status forward_chunks(const dr_backbone *bb, dr_bb_ws *ws, dr_bb_state *st, const int32_t *rows,
@@ -257,8 +259,13 @@ static drama_status forward_chunks(const dr_backbone *bb, dr_bb_ws *ws, dr_bb_st
         sts[i] = st;
         off[i] = i;
     }
-    for (int64_t r0 = 0; r0 < n && s == DRAMA_OK; r0 += m) {
-        int64_t c = n - r0 < m ? n - r0 : m;
+    const int64_t pos0 = st->pos; /* host_rows advances st->pos */
+    for (int64_t r0 = 0, c; r0 < n && s == DRAMA_OK; r0 += c) {
+        c = n - r0 < m ? n - r0 : m;
+        /* an inner cut lands on a multiple of DR_GDN_CHUNK positions, so whole DeltaNet blocks
+         * stay in one call (the chunked form) wherever the state started */
+        int64_t tail = (pos0 + r0 + c) % DR_GDN_CHUNK;
+        if (r0 + c < n && c > tail) c -= tail;
         host_out oc = *o;
         oc.last_logits_dev = r0 + c == n ? o->last_logits_dev : NULL;
         oc.trace_row0 = r0;

@@ -49,7 +49,7 @@ typedef struct dr_bb_dims {
     int64_t code_stride;       /* audio vocab_size V */
     int code_scale_rsqrt;      /* switch input.code_scale */
     int add_token_embedding;   /* switch input.add_token_embedding */
-    int gdn_recurrent;         /* switch deltanet.prefill = recurrent (the default): never the chunked form */
+    int gdn_recurrent;         /* switch deltanet.prefill = recurrent (default chunked): never the chunked form */
 } dr_bb_dims;
 
 typedef struct dr_bb_attn {

@@ -120,7 +120,7 @@ typedef struct dr_switches {
     int input_codebooks;               /* resolved: never -1 after dr_config_load */
     int input_code_scale_rsqrt;        /* 1: rsqrt, 0: none */
     int input_add_token_embedding;
-    int deltanet_prefill_recurrent;    /* 1: recurrent (row by row, default), 0: chunked */
+    int deltanet_prefill_recurrent;    /* 1: recurrent (row by row), 0: chunked (default) */
     int tower_input_pre_norm;          /* 0: final_norm, 1: pre_norm */
     const char *tower_code_table;
     int64_t tower_code_stride;         /* resolved */

@@ -21,9 +21,10 @@ static const dr_switch_def SWITCHES[] = {
      "codebooks summed into an audio input row; auto: vq_backbone_codebooks, else num_codebooks"},
     {"input.code_scale", DR_SWT_ENUM, "\"rsqrt\"", "rsqrt|none", "audio row scale: rsqrt = 1/sqrt(n+1), none = 1"},
     {"input.add_token_embedding", DR_SWT_BOOL, "true", NULL, "add the token embedding at audio rows"},
-    {"deltanet.prefill", DR_SWT_ENUM, "\"recurrent\"", "recurrent|chunked",
-     "DeltaNet prefill: recurrent = row by row (bit-identical to steps), chunked = aligned 64-row blocks in the "
-     "chunked form (fp32-close; results then depend on how prefills are sliced)"},
+    {"deltanet.prefill", DR_SWT_ENUM, "\"chunked\"", "chunked|recurrent",
+     "DeltaNet prefill: chunked = aligned 64-row blocks in the chunked form (fp32-close to the recurrence; "
+     "prefill pieces cut at multiples of 64, so slicing changes no bit), recurrent = row by row (bit-identical "
+     "to steps)"},
     {"tower.input", DR_SWT_ENUM, "\"final_norm\"", "final_norm|pre_norm", "backbone hidden fed to the tower"},
     {"tower.code_table", DR_SWT_STRING, "\"audio_decoder_mtp.codebook_embeddings.weight\"", NULL,
      "tower code embedding table"},
@@ -225,7 +226,7 @@ drama_status dr_switches_fill(dr_config *c, drama_error *err) {
     s->input_codebooks = int_or(c, "input.codebooks", -1);
     s->input_code_scale_rsqrt = enum_is(c, "input.code_scale", "rsqrt");
     s->input_add_token_embedding = json_is_true(val(c, "input.add_token_embedding"));
-    s->deltanet_prefill_recurrent = !enum_is(c, "deltanet.prefill", "chunked");
+    s->deltanet_prefill_recurrent = enum_is(c, "deltanet.prefill", "recurrent");
     s->tower_input_pre_norm = enum_is(c, "tower.input", "pre_norm");
     s->tower_code_table = str_or_null(c, "tower.code_table");
     s->tower_code_stride = int_or(c, "tower.code_stride", -1);

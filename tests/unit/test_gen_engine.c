@@ -253,51 +253,55 @@ static void test_batched_equals_solo(void **state) {
     drama_model_close(m);
 }
 
-/* A slice size never changes a result: 1, 7 and whole prompts, beside a generating lane. */
+/* A slice size never changes a result: request r sliced by each of slices[0..n) (0 = whole)
+ * beside a generating lane (bg) equals r alone. */
+static void slices_equal_solo(drama_model *m, const drama_request *r, const drama_request *bg_req, const char *name,
+                              const int *slices, int n) {
+    outcome want;
+    solo(m, r, &want);
+    for (int k = 0; k < n; k++) {
+        drama_engine *e = make_engine(m, 2, slices[k], 0);
+        drama_request bg = *bg_req;
+        bg.frames = 40; /* keeps a lane generating through the other's prefill */
+        outcome b, got;
+        memset(&b, 0, sizeof b);
+        memset(&got, 0, sizeof got);
+        drama_lane hb = 0, hg = 0;
+        drama_error err = {0};
+        assert_int_equal(drama_engine_start(e, &bg, collect, NULL, &b.audio, &hb, &err), DRAMA_OK);
+        assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+        assert_int_equal(drama_engine_start(e, r, collect, NULL, &got.audio, &hg, &err), DRAMA_OK);
+        int64_t ticks0;
+        drama_engine_stats es;
+        drama_engine_get_stats(e, &es);
+        ticks0 = es.ticks;
+        while (!drama_lane_done(e, hg)) assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
+        got.st = drama_lane_result(e, hg, &got.res, NULL);
+        drama_engine_get_stats(e, &es);
+        char what[96];
+        snprintf(what, sizeof what, "%s, slice %d", name, slices[k]);
+        same(&want, &got, what);
+        printf("%s: equal to solo, %lld prompt rows, %lld ticks\n", what, (long long)got.res.prompt_tokens,
+               (long long)(es.ticks - ticks0));
+        drama_lane h2[1] = {hb};
+        run_until_done(e, h2, 1);
+        drama_lane_release(e, hb);
+        drama_lane_release(e, hg);
+        outcome_free(&b);
+        outcome_free(&got);
+        drama_engine_free(e);
+    }
+    outcome_free(&want);
+}
+
 static void test_prefill_slices(void **state) {
     (void)state;
     drama_model *m = open_tiny();
     suite s;
     make_suite(m, &s);
-    const int pick[2] = {2, 3}; /* guided; two voices and long text */
-    for (int p = 0; p < 2; p++) {
-        const drama_request *r = &s.r[pick[p]];
-        outcome want;
-        solo(m, r, &want);
-        const int slices[3] = {1, 7, 0};
-        for (int k = 0; k < 3; k++) {
-            drama_engine *e = make_engine(m, 2, slices[k], 0);
-            drama_request bg = s.r[0];
-            bg.frames = 40; /* keeps a lane generating through the other's prefill */
-            outcome b, got;
-            memset(&b, 0, sizeof b);
-            memset(&got, 0, sizeof got);
-            drama_lane hb = 0, hg = 0;
-            drama_error err = {0};
-            assert_int_equal(drama_engine_start(e, &bg, collect, NULL, &b.audio, &hb, &err), DRAMA_OK);
-            assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
-            assert_int_equal(drama_engine_start(e, r, collect, NULL, &got.audio, &hg, &err), DRAMA_OK);
-            int64_t ticks0;
-            drama_engine_stats es;
-            drama_engine_get_stats(e, &es);
-            ticks0 = es.ticks;
-            while (!drama_lane_done(e, hg)) assert_int_equal(drama_engine_step(e, &err), DRAMA_OK);
-            got.st = drama_lane_result(e, hg, &got.res, NULL);
-            drama_engine_get_stats(e, &es);
-            char what[64];
-            snprintf(what, sizeof what, "request %d, slice %d", pick[p], slices[k]);
-            same(&want, &got, what);
-            printf("%s: equal to solo, %lld ticks\n", what, (long long)(es.ticks - ticks0));
-            drama_lane h2[1] = {hb};
-            run_until_done(e, h2, 1);
-            drama_lane_release(e, hb);
-            drama_lane_release(e, hg);
-            outcome_free(&b);
-            outcome_free(&got);
-            drama_engine_free(e);
-        }
-        outcome_free(&want);
-    }
+    const int slices[3] = {1, 7, 0};
+    slices_equal_solo(m, &s.r[2], &s.r[0], "request 2", slices, 3); /* guided */
+    slices_equal_solo(m, &s.r[3], &s.r[0], "request 3", slices, 3); /* two voices and long text */
     free_suite(&s);
     drama_model_close(m);
 }
@@ -400,6 +404,72 @@ static void test_prefill_state_bitwise(void **state) {
         free(snap.v);
     }
     free_suite(&s);
+    drama_model_close(m);
+}
+
+/* deltanet.prefill=chunked (the default) with prompts long enough for whole 64-row blocks on
+ * both sides of the voice prefix (a 150-frame reference, a long text): the state is bit for bit
+ * the same in one call, in slices of 1, 7, 64 and 100 rows, and through a snapshot; the codes
+ * through the engine at those slices equal the solo run; and row by row (recurrent) gives
+ * visibly other bits (so the chunked form really ran), within fp32 rounding of them. */
+static void test_prefill_chunked_blocks(void **state) {
+    (void)state;
+    drama_model *m = open_tiny(), *mr = NULL;
+    drama_model_options mo;
+    drama_model_options_default(&mo);
+    mo.threads = 2;
+    const char *rec[] = {"deltanet.prefill=recurrent", NULL};
+    mo.set = rec;
+    drama_error e = {0};
+    if (drama_model_open(&mr, tu_golden("tiny-drama3"), &mo, &e) != DRAMA_OK) fail_msg("model open: %s", e.message);
+    assert_int_equal(dr_pl_lm_acquire(m, &e), DRAMA_OK);
+    assert_int_equal(dr_pl_lm_acquire(mr, &e), DRAMA_OK);
+    int nc = drama_model_codebooks(m);
+    int32_t *codes = make_codes(nc, 150, 4);
+    drama_reference ref = {.transcript = "A long reference voice, read slowly.", .codes = codes, .n_code_frames = 150};
+    drama_request r[2], bg;
+    for (int i = 0; i < 2; i++) {
+        drama_request_default(&r[i]);
+        r[i].text = "This text is long enough to fill a whole block of sixty four rows after the voice prefix, "
+                    "so the chunked form also runs past the cut that the prompt cache makes, and it goes on a "
+                    "little further than that with some more words.";
+        r[i].references = &ref;
+        r[i].n_references = 1;
+        r[i].chunk_tokens = 400;
+        r[i].frames = 6;
+        r[i].seed = 4242 + (uint64_t)i;
+        r[i].seed_set = 1;
+    }
+    r[1].cfg_gamma = 1.5f;
+    drama_request_default(&bg);
+    bg.text = "Hello there.";
+    bg.seed = 7;
+    bg.seed_set = 1;
+    const int64_t slices[5] = {1, 7, 64, 100, -1};
+    for (int p = 0; p < 2; p++) {
+        printf("long voice, %s:\n", p ? "guided" : "unguided");
+        trace whole = {0}, other = {0}, rt = {0};
+        prefill_trace(m, &r[p], 0, &whole);
+        for (int k = 0; k < 5; k++) {
+            prefill_trace(m, &r[p], slices[k], &other);
+            assert_int_equal(whole.n, other.n);
+            assert_memory_equal(whole.v, other.v, whole.n * sizeof(float));
+            other.n = 0;
+        }
+        prefill_trace(mr, &r[p], 0, &rt);
+        assert_int_equal(whole.n, rt.n);
+        const dr_gen_lm *lm = dr_pl_lm_model(m);
+        int64_t H = lm->bb.d.H;
+        assert_true(memcmp(whole.v, rt.v, (size_t)H * sizeof(float)) != 0); /* the chunked form ran */
+        assert_true(tu_report("pending hidden, chunked vs recurrent", tu_compare_f32(whole.v, rt.v, H), 1e-3));
+        free(whole.v);
+        free(other.v);
+        free(rt.v);
+        const int es[4] = {1, 7, 64, 0};
+        slices_equal_solo(m, &r[p], &bg, p ? "long voice, guided" : "long voice", es, 4);
+    }
+    free(codes);
+    drama_model_close(mr);
     drama_model_close(m);
 }
 
@@ -721,6 +791,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefill_slices),
         cmocka_unit_test(test_prefill_state_bitwise),
+        cmocka_unit_test(test_prefill_chunked_blocks),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cache_abA_and_lru),
         cmocka_unit_test(test_memory_admission),

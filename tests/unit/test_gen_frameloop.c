@@ -551,8 +551,8 @@ static void test_streamed_and_guided_parts(void **state) {
     assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
     assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref - tail, f->rows_noref, f->n_noref - tail, &e), DRAMA_OK);
     assert_true(dr_gen_guided(s));
-    /* an extension of a guided state needs its unconditional rows too */
-    expect_status(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, NULL, 0, &e), DRAMA_EINVAL, &e,
+    /* an extension that names unconditional rows must pass them */
+    expect_status(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, NULL, tail, &e), DRAMA_EINVAL, &e,
                   "unconditional");
     dr_error_clear(&e);
     assert_int_equal(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, f->rows_noref + (f->n_noref - tail) * W,
@@ -561,6 +561,15 @@ static void test_streamed_and_guided_parts(void **state) {
     dr_gen_session_free(s);
     printf("guided prefill split before the last %lld rows\n", (long long)tail);
     assert_same(&whole, &parts, NC, "guided prefill in two parts vs whole");
+    /* the unconditional prompt complete first: the last call carries conditional rows only */
+    run_result first;
+    memset(&first, 0, sizeof first);
+    assert_int_equal(dr_gen_session_create(&f->lm1->model, &o, &s, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref, f->n_ref - tail, f->rows_noref, f->n_noref, &e), DRAMA_OK);
+    assert_int_equal(dr_gen_prefill(s, f->rows_ref + (f->n_ref - tail) * W, tail, NULL, 0, &e), DRAMA_OK);
+    drain(s, &first);
+    dr_gen_session_free(s);
+    assert_same(&whole, &first, NC, "guided prefill, unconditional rows all in the first call, vs whole");
 }
 
 /* Guided sessions in a batch: a separate-mode guided session, an unguided one and a paired-mode

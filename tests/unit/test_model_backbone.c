@@ -346,7 +346,7 @@ static void long_prefill_split(const char *const *sets, int n_sets, int64_t cut,
     }
     char label[160];
     snprintf(label, sizeof label, "long prefill %s, split at %lld", n_sets ? sets[0] : "(default)", (long long)cut);
-    if (n_sets) assert_int_equal(m.bb.d.gdn_recurrent, 0);
+    assert_int_equal(m.bb.d.gdn_recurrent, n_sets > 0); /* chunked is the default */
     if (require_equal) {
         assert_memory_equal(h1, h2, (size_t)(n * H) * 4);
         assert_memory_equal(l1, l2, (size_t)(n * nl) * 4);
@@ -365,16 +365,60 @@ static void long_prefill_split(const char *const *sets, int n_sets, int64_t cut,
     model_close(&m);
 }
 
-/* DeltaNet prefill (docs/backbone.md, Determinism): row by row (the default) every split is bit
- * for bit; with deltanet.prefill=chunked blocks are aligned to positions, so a split at a multiple
- * of 64 (here 256, also the internal chunk) changes no bit and a split at 257 changes which rows
- * take the chunked form (fp32-close, and not bit-identical). */
+/* Hidden rows of a 600-row prefill (default switches: chunked) in calls cut at cuts[0..n_cuts). */
+static void prefill_in_calls(model *m, const int32_t *rows, const int64_t *cuts, int n_cuts, float *hidden,
+                             dr_pool *pool) {
+    int width = dr_backbone_row_width(&m->bb);
+    int64_t H = m->bb.d.H, n = 600, r0 = 0;
+    drama_error e = {0};
+    dr_bb_state *st = NULL;
+    assert_int_equal(dr_bb_state_create_on(m->be, &m->bb, 16, &st, &e), DRAMA_OK);
+    for (int i = 0; i <= n_cuts; i++) {
+        int64_t r1 = i < n_cuts ? cuts[i] : n;
+        assert_int_equal(dr_backbone_forward(&m->bb, st, rows + r0 * width, r1 - r0, hidden + r0 * H, NULL, NULL,
+                                             pool, &e), DRAMA_OK);
+        r0 = r1;
+    }
+    dr_bb_state_free(st);
+}
+
+/* DeltaNet prefill (docs/backbone.md, Determinism): row by row (deltanet.prefill=recurrent) every
+ * split is bit for bit; chunked (the default) blocks are aligned to positions, so a split at a
+ * multiple of 64 (here 256, also the internal chunk) changes no bit and a split at 257 changes
+ * which rows take the chunked form (fp32-close, and not bit-identical). */
 static void test_long_prefill(void **s) {
     (void)s;
-    const char *chunked[] = {"deltanet.prefill=chunked"};
-    long_prefill_split(NULL, 0, 257, 1);
-    long_prefill_split(chunked, 1, 256, 1);
-    long_prefill_split(chunked, 1, 257, 0);
+    const char *recurrent[] = {"deltanet.prefill=recurrent"};
+    long_prefill_split(recurrent, 1, 257, 1);
+    long_prefill_split(NULL, 0, 256, 1);
+    long_prefill_split(NULL, 0, 257, 0);
+}
+
+/* A call that starts off a multiple of 64 cuts its internal 256-row chunks at multiples of 64
+ * positions: rows 100..600 in one call equal them in calls cut at 128 and 384 (and visibly
+ * differ from a cut at 356, where the unaligned chunking would fall). */
+static void test_prefill_inner_cuts(void **s) {
+    (void)s;
+    model m;
+    model_open(&m, "tiny-drama3");
+    int width = dr_backbone_row_width(&m.bb);
+    int64_t n_el, H = m.bb.d.H, n = 600;
+    int32_t *base = tu_load_i32(tu_golden("ref/backbone.safetensors"), "prefill.rows", &n_el);
+    int64_t nb = n_el / width;
+    int32_t *rows = malloc((size_t)(n * width) * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) memcpy(rows + i * width, base + (i % nb) * width, (size_t)width * sizeof(int32_t));
+    float *h1 = malloc((size_t)(n * H) * 4), *h2 = malloc((size_t)(n * H) * 4), *h3 = malloc((size_t)(n * H) * 4);
+    dr_pool *pool = dr_pool_create(2);
+    const int64_t one[] = {100}, aligned[] = {100, 128, 384}, other[] = {100, 356};
+    prefill_in_calls(&m, rows, one, 1, h1, pool);
+    prefill_in_calls(&m, rows, aligned, 3, h2, pool);
+    prefill_in_calls(&m, rows, other, 2, h3, pool);
+    assert_memory_equal(h1, h2, (size_t)(n * H) * 4);
+    assert_true(memcmp(h1, h3, (size_t)(n * H) * 4) != 0);
+    assert_true(tu_report("prefill cut at 356 vs aligned", tu_compare_f32(h3, h1, n * H), 2e-4));
+    dr_pool_free(pool);
+    free(base); free(rows); free(h1); free(h2); free(h3);
+    model_close(&m);
 }
 
 /* Teacher-forced against the float64 reference of ref/e2e-*.safetensors: prefill prompt.rows,
@@ -427,7 +471,7 @@ int main(void) {
         cmocka_unit_test(test_base),  cmocka_unit_test(test_fused),  cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_nvfp4), cmocka_unit_test(test_mlx),    cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_invariance), cmocka_unit_test(test_e2e_float64),
-        cmocka_unit_test(test_long_prefill), cmocka_unit_test(test_input_switches),
+        cmocka_unit_test(test_long_prefill), cmocka_unit_test(test_prefill_inner_cuts), cmocka_unit_test(test_input_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
