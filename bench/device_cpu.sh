@@ -67,11 +67,11 @@ if [ -x "$D/bench_prefill" ]; then
 else
     echo "prefill: no bench_prefill in $D (cp BUILD_DIR/bench/bench_prefill $D/)"
 fi
-for c in "" --deltanet-chunked; do
-    f="$O/bench_prefill_decode_t16${c:+_chunked}.txt"
+for c in --deltanet-recurrent --deltanet-chunked; do
+    f="$O/bench_prefill_decode_t16${c#--deltanet}.txt"
     timeout 120 /tmp/drama-dev bench decode --layers "$L" --experts q4 --threads 16 --steps 2 --context 1 --prefill 256 $c >"$f" 2>&1
     echo "rc=$?" >>"$f"
-    echo "prefill 256 rows layers=$L q4 threads=16 ${c:-row-by-row}: $(awk '$1 == "prefill_rows_per_s" { print $2, "rows/s" }
+    echo "prefill 256 rows layers=$L q4 threads=16 ${c#--deltanet-}: $(awk '$1 == "prefill_rows_per_s" { print $2, "rows/s" }
         /^rc=/ { print $1 }' "$f" | tr '\n' ' ')"
 done
 

@@ -34,9 +34,9 @@
 #include "tools/make_model_quant.h"
 
 typedef struct dec_opts {
-    long long layers, lanes, threads, steps, context, prefill;
+    long long layers, lanes, threads, steps, context, prefill, piece;
     double max_gib;
-    int chunked; /* --deltanet-chunked: switch deltanet.prefill=chunked for the prefill */
+    int recurrent; /* --deltanet-recurrent: switch deltanet.prefill=recurrent for the prefill */
     dr_mm_format fmt;
 } dec_opts;
 
@@ -314,7 +314,8 @@ static drama_status build(dec_model *m, builder *b, const dr_mm_options *o, doub
 
 static int usage(FILE *f) {
     fprintf(f, "usage: drama bench decode [--layers N] [--experts q4|fp8|nvfp4|bf16] [--lanes B] [--threads T]\n"
-               "                          [--steps S] [--context C] [--max-gib G] [--prefill P [--deltanet-chunked]]\n"
+               "                          [--steps S] [--context C] [--max-gib G] [--prefill P [--prefill-piece N]\n"
+               "                          [--deltanet-recurrent|--deltanet-chunked]]\n"
                "  The backbone decode step at full width (make-model --shape full dimensions, N layers,\n"
                "  default 40) built in memory: ms per step, bytes read per step, the read bandwidth\n"
                "  measured in the same run, and last `ratio_to_floor X`.\n"
@@ -322,7 +323,9 @@ static int usage(FILE *f) {
                "  --steps S     timed steps (default 8) after C prefill rows per lane (default 16)\n"
                "  --max-gib G   memory for the model (default: half of MemAvailable); experts past it are pruned\n"
                "  --prefill P   also time one P-row prefill of a fresh session (dr_backbone_forward): rows/s\n"
-               "  --deltanet-chunked  that prefill with deltanet.prefill=chunked (default: row by row)\n");
+               "  --prefill-piece N   that prefill in calls of N rows, cut where they fall (default: one call)\n"
+               "  --deltanet-recurrent  that prefill with deltanet.prefill=recurrent (row by row); the default\n"
+               "                      (also --deltanet-chunked) is chunked, the model's default\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -336,14 +339,15 @@ static int parse(int argc, char **argv, dec_opts *o) {
                          : !strcmp(a, "--steps")   ? &o->steps
                          : !strcmp(a, "--context") ? &o->context
                          : !strcmp(a, "--prefill") ? &o->prefill
+                         : !strcmp(a, "--prefill-piece") ? &o->piece
                                                    : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout) == 0 ? 1 : 2;
         if (dst) {
-            long long lo = dst == &o->threads || dst == &o->context || dst == &o->prefill ? 0 : 1;
+            long long lo = dst == &o->threads || dst == &o->context || dst == &o->prefill || dst == &o->piece ? 0 : 1;
             if (!dr_cli_int(cmd, a, v, lo, dst == &o->layers ? 1024 : dst == &o->threads ? 4096 : 1 << 16, dst)) return 2;
             i++;
-        } else if (!strcmp(a, "--deltanet-chunked")) {
-            o->chunked = 1;
+        } else if (!strcmp(a, "--deltanet-chunked") || !strcmp(a, "--deltanet-recurrent")) {
+            o->recurrent = !strcmp(a, "--deltanet-recurrent");
         } else if (!strcmp(a, "--max-gib")) {
             if (!dr_cli_num(cmd, a, v, 0, 1 << 20, 1, &o->max_gib)) return 2;
             i++;
@@ -397,21 +401,26 @@ static int prefill_line(dr_backbone *bb, const dec_opts *o, dr_pool *pool) {
         goto out;
     }
     for (int64_t p = 0; p < P; p++) make_rows(bb, 1, p, &rng, rows + p * width);
-    bb->d.gdn_recurrent = !o->chunked;
+    bb->d.gdn_recurrent = o->recurrent;
+    int64_t piece = o->piece > 0 ? o->piece : P;
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < 2; r++) {
         dr_bb_state_reset(st);
         double c0 = dr_bench_cpu_s(), t0 = dr_bench_now();
-        if (dr_backbone_forward(bb, st, rows, P, hidden, NULL, NULL, pool, &e)) {
-            fprintf(stderr, "drama bench decode: --prefill: %s\n", e.message);
-            goto out;
+        for (int64_t r0 = 0; r0 < P; r0 += piece) { /* pieces as a caller cuts them */
+            int64_t n = P - r0 < piece ? P - r0 : piece;
+            if (dr_backbone_forward(bb, st, rows + r0 * width, n, hidden + r0 * bb->d.H, NULL, NULL, pool, &e)) {
+                fprintf(stderr, "drama bench decode: --prefill: %s\n", e.message);
+                goto out;
+            }
         }
         double t = dr_bench_now() - t0, c = dr_bench_cpu_s() - c0;
         if (t < best) best = t;
         if (c < best_cpu) best_cpu = c;
     }
     bb->d.gdn_recurrent = 1;
-    printf("  prefill of %lld rows, deltanet.prefill=%s\n", (long long)P, o->chunked ? "chunked" : "recurrent");
+    printf("  prefill of %lld rows in calls of %lld, deltanet.prefill=%s\n", (long long)P, (long long)piece,
+           o->recurrent ? "recurrent" : "chunked");
     dr_bench_line("prefill_rows_per_s", (double)P / best, 1, "rows/s");
     dr_bench_line("prefill_best", best * 1e3, 1, "ms");
     dr_bench_line("prefill_cpu_best", best_cpu * 1e3, 1, "ms (process CPU time, all threads; spin included)");
