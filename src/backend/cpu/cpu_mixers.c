@@ -2,7 +2,8 @@
  * dr_gdn_args). Work is split by (row, head) for attention and by conv channel block / value
  * head for DeltaNet; each DeltaNet task walks the rows in order: complete position-aligned
  * blocks of DR_GDN_CHUNK rows of one sequence in the chunked form (gdn_chunk.c), every other row
- * by the recurrence (all rows when args->recurrent), so where a prefill splits never matters. */
+ * by the recurrence (all rows when args->recurrent), so a prefill split at multiples of
+ * DR_GDN_CHUNK positions (where the pipeline and the backbone cut) changes no bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
