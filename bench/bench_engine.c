@@ -56,7 +56,8 @@ static int run_one(drama_engine *e, const drama_request *r, drama_result *res) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *lanes_arg = "1,2,4";
-    int threads = 0, frames = 50, ref_frames = 100, reps = 5;
+    int threads = 0, frames = 50, ref_frames = 100, reps = 5, n_set = 0;
+    const char *set[9] = {NULL}; /* --set SWITCH=VALUE (e.g. deltanet.prefill=recurrent), NULL-terminated */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -64,9 +65,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lanes_arg = argv[++i];
         else if (!strcmp(argv[i], "--ref-frames") && i + 1 < argc) ref_frames = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_set < 8) set[n_set++] = argv[++i];
         else {
             fprintf(stderr, "usage: bench_engine [--model DIR] [--threads N] [--frames F] [--lanes 1,2,4] "
-                            "[--ref-frames R] [--reps K]\n");
+                            "[--ref-frames R] [--reps K] [--set SWITCH=VALUE]...\n");
             return 2;
         }
     }
@@ -83,6 +85,7 @@ int main(int argc, char **argv) {
     drama_model_options mo;
     drama_model_options_default(&mo);
     mo.threads = threads;
+    mo.set = n_set ? set : NULL;
     drama_model *m = NULL;
     drama_error err = {0};
     if (drama_model_open(&m, model, &mo, &err) != DRAMA_OK) {
@@ -90,7 +93,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     int nc = drama_model_codebooks(m);
-    printf("bench_engine: model %s, threads %d, commit %s\n\n", model, threads, drama_git_commit());
+    printf("bench_engine: model %s, threads %d, commit %s\n", model, threads, drama_git_commit());
+    for (int i = 0; i < n_set; i++) printf("  --set %s\n", set[i]);
+    printf("\n");
 
     /* ---- time to first audio ---- */
     drama_engine_options eo;
