@@ -94,8 +94,10 @@ int64_t dr_pl_gen_pending(const dr_pl_gen *g);
  * all), never past conditional row stop_cond and unconditional row stop_uncond when stop_cond is
  * ahead (0 = no stop), nor past the voice prefix (always a cut). With deltanet.prefill=chunked
  * every other cut lands on a multiple of DR_GDN_CHUNK (64) positions, so a call can take up to
- * one block more than max_rows per prompt. Guided calls advance both prompts in proportion; the
- * unconditional one may be complete first (later calls carry conditional rows only). *used =
+ * one block (64 rows) per prompt when max_rows is smaller. Guided calls advance both prompts in
+ * proportion; the unconditional one may be complete first (later calls carry conditional rows
+ * only), and the call that completes the conditional one (or its prefix) takes the rest of the
+ * unconditional one. *used =
  * rows prefilled. The slicing never changes a result (aligned cuts; dr_gen_prefill extends a
  * state exactly). */
 drama_status dr_pl_gen_prefill(dr_pl_gen *g, int64_t max_rows, int64_t stop_cond, int64_t stop_uncond, int64_t *used,

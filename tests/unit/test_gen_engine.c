@@ -351,8 +351,21 @@ static void prefill_trace(drama_model *m, const drama_request *r, int64_t slice,
         dr_pl_gen_free(first);
         slice = 0;
     }
+    /* every cut on the 64-row grid (chunked) or at the voice prefix or the prompt's end, and no
+     * call longer than the slice or one block per prompt (except the unconditional rest taken by
+     * the call that completes the conditional prompt or its prefix) */
+    int64_t align = dr_pl_lm_model(m)->bb.d.gdn_recurrent ? 1 : 64, pc0, pu0, nc0, nu0;
+    dr_pl_gen_prefix(g, &pc0, &pu0);
+    dr_pl_gen_rows(g, 0, &nc0);
+    dr_pl_gen_rows(g, 1, &nu0);
     while (dr_pl_gen_pending(g) > 0) {
+        int64_t c0 = dr_pl_gen_fed(g, 0), u0 = dr_pl_gen_fed(g, 1);
         if (dr_pl_gen_prefill(g, slice, 0, 0, &used, &e) != DRAMA_OK) fail_msg("prefill: %s", e.message);
+        int64_t c1 = dr_pl_gen_fed(g, 0), u1 = dr_pl_gen_fed(g, 1);
+        assert_true(c1 % align == 0 || c1 == pc0 || c1 == nc0);
+        assert_true(u1 % align == 0 || u1 == pu0 || u1 == nu0);
+        if (slice > 0) assert_true(c1 - c0 <= (slice > 64 ? slice : 64));
+        if (slice > 0 && c1 != pc0 && c1 != nc0) assert_true(u1 - u0 <= (slice > 64 ? slice : 64));
         calls++;
     }
     dr_gen_session *s = dr_pl_gen_session(g);
