@@ -140,21 +140,26 @@ static int bench_gemm(dr_pool *pool, int fmt, int64_t rows, int64_t cols, int64_
 }
 
 /* One DeltaNet layer's recurrence at the full model's heads over n rows (one thread): every value
- * head row by row (dr_op_gdn_step) against the chunked form (dr_op_gdn_chunk, blocks of 64; the
- * rows past the last full block row by row), as the prefill runs them. */
+ * head row by row (dr_op_gdn_step) against the chunked form (dr_op_gdn_chunk) in blocks of 8, 16, 32,
+ * 64 (the engine's DR_GDN_CHUNK) and 128 rows, the rows past the last full block row by row, as the
+ * prefill runs them: what a smaller grid (a shorter minimum prefill slice) costs. */
 static int bench_deltanet(int64_t n, int reps) {
     const int nk = 16, nv = 32, dk = 128, dv = 128;
+    static const int blocks[] = {0, 8, 16, 32, 64, 128}; /* 0: row by row */
+    enum { NB = sizeof blocks / sizeof blocks[0] };
     int64_t qk = (int64_t)nk * dk, C = 2 * qk + (int64_t)nv * dv, ns = (int64_t)nv * dk * dv;
     uint64_t s = 11;
     float *y = malloc((size_t)(n * C) * 4), *ga = malloc((size_t)(n * nv) * 4), *gb = malloc((size_t)(n * nv) * 4);
     float *S = calloc((size_t)ns, 4), *o = malloc((size_t)(n * nv * dv) * 4), *mem = malloc((size_t)dv * 4);
-    float *scratch = malloc((size_t)dr_op_gdn_chunk_scratch(DR_GDN_CHUNK, dk, dv) * 4);
+    float *scratch = malloc((size_t)dr_op_gdn_chunk_scratch(blocks[NB - 1], dk, dv) * 4);
     if (!y || !ga || !gb || !S || !o || !mem || !scratch) return 1;
     for (int64_t i = 0; i < n * C; i++) y[i] = (float)(ct_rand_normal(&s) * 0.09);
     for (int64_t i = 0; i < n * nv; i++) ga[i] = -(float)(0.05 + 0.5 * ct_rand_uniform(&s)), gb[i] = 0.5f;
-    double best[2] = {1e30, 1e30};
-    for (int mode = 0; mode < 2; mode++)
-        for (int r = 0; r < reps; r++) {
+    double best[NB];
+    for (int mode = 0; mode < NB; mode++) best[mode] = 1e30;
+    for (int r = 0; r < reps; r++) /* modes interleaved: a load change hits them alike */
+        for (int mode = 0; mode < NB; mode++) {
+            int L = blocks[mode];
             memset(S, 0, (size_t)ns * 4);
             double t0 = now();
             for (int h = 0; h < nv; h++) {
@@ -162,11 +167,11 @@ static int bench_deltanet(int64_t n, int reps) {
                 float *Sh = S + (int64_t)h * dk * dv;
                 for (int64_t i = 0; i < n; i++) {
                     const float *yi = y + i * C;
-                    if (mode == 1 && i + DR_GDN_CHUNK <= n) {
+                    if (L && i + L <= n) {
                         dr_op_gdn_chunk(Sh, yi + kh * dk, yi + qk + kh * dk, C, yi + 2 * qk + h * dv, C, ga + i * nv + h,
-                                        gb + i * nv + h, nv, DR_GDN_CHUNK, dk, dv, scratch, o + i * nv * dv + h * dv,
+                                        gb + i * nv + h, nv, L, dk, dv, scratch, o + i * nv * dv + h * dv,
                                         (int64_t)nv * dv, 0);
-                        i += DR_GDN_CHUNK - 1;
+                        i += L - 1;
                         continue;
                     }
                     dr_op_gdn_step(Sh, yi + kh * dk, yi + qk + kh * dk, yi + 2 * qk + h * dv, ga[i * nv + h],
@@ -178,8 +183,13 @@ static int bench_deltanet(int64_t n, int reps) {
         }
     printf("deltanet recurrence, one layer (32 value heads of 128x128), %lld rows, 1 thread\n", (long long)n);
     dr_bench_line("row_by_row", (double)n / best[0], 0, "rows/s");
-    dr_bench_line("chunked_64", (double)n / best[1], 0, "rows/s");
-    dr_bench_line("chunked_speedup", best[0] / best[1], 2, "x");
+    for (int mode = 1; mode < NB; mode++) {
+        char name[48];
+        snprintf(name, sizeof name, "chunked_%d", blocks[mode]);
+        dr_bench_line(name, (double)n / best[mode], 0, "rows/s");
+        snprintf(name, sizeof name, "chunked_%d_speedup", blocks[mode]);
+        dr_bench_line(name, best[0] / best[mode], 2, "x");
+    }
     dr_bench_line("row_by_row_GFLOP/s", 4.0 * nv * dk * dv * (double)n / best[0] / 1e9, 1, "(4 nv dk dv per row)");
     free(y), free(ga), free(gb), free(S), free(o), free(mem), free(scratch);
     return 0;
