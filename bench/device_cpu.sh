@@ -62,7 +62,7 @@ if [ -x "$D/bench_prefill" ]; then
     timeout 90 /tmp/bench-prefill-dev --threads 16 --reps 3 >"$f" 2>&1
     echo "rc=$?" >>"$f"
     echo "prefill products threads=16: $(awk '/^gemm/ { printf "%s %s:", $2, $4 } $1 ~ /^(dot_rows_tiles|block_avx2|block_avx512)$/ { printf " %s %s", $1, $2 }
-        $1 == "chunked_64_speedup" { printf " deltanet chunked x%s", $2 } /^rc=/ { print " " $1 }' "$f" | tr -d '\n')"
+        $1 == "chunked_16_speedup" { printf " deltanet chunked (16-row blocks) x%s", $2 } /^rc=/ { print " " $1 }' "$f" | tr -d '\n')"
     echo
 else
     echo "prefill: no bench_prefill in $D (cp BUILD_DIR/bench/bench_prefill $D/)"

@@ -289,7 +289,7 @@ typedef struct drama_engine_options {
                                 as many as take about one frame step (measured). With no lane
                                 generating, a prompt is prefilled whole (nothing waits). Slicing
                                 never changes a result: with deltanet.prefill=chunked (the
-                                default) cuts land on 64-row blocks, so a tick takes at least one
+                                default) cuts land on 16-row blocks, so a tick takes at least one
                                 block per prompt (or its rest) however small this is. */
     int64_t prompt_cache_bytes;  /* voice prefix snapshots; 0 = no cache (default) */
     int64_t memory_budget_bytes; /* reservations + prompt cache; 0 = default: 3/4 of physical memory

@@ -185,7 +185,7 @@ typedef struct dr_attn_args {
  * softplus(a + dt_bias) and beta = sigmoid(b) (in place in a, b), the fp32 delta-rule recurrence
  * row by row in position order (prefill == the same rows as single steps, bit for bit); on the
  * CPU with `recurrent` 0 (switch deltanet.prefill=chunked, the default), complete
- * position-aligned blocks of DR_GDN_CHUNK (64) rows of one sequence take the chunked form instead
+ * position-aligned blocks of DR_GDN_CHUNK (16) rows of one sequence take the chunked form instead
  * (within fp32 rounding). The CUDA backend ignores `recurrent` (always row by row). */
 typedef struct dr_gdn_args {
     const dr_seq_row *rows;

@@ -93,8 +93,8 @@ int64_t dr_pl_gen_pending(const dr_pl_gen *g);
 /* One prefill call over the next pending rows: about max_rows (conditional + unconditional; 0 =
  * all), never past conditional row stop_cond and unconditional row stop_uncond when stop_cond is
  * ahead (0 = no stop), nor past the voice prefix (always a cut). With deltanet.prefill=chunked
- * every other cut lands on a multiple of DR_GDN_CHUNK (64) positions, so a call can take up to
- * one block (64 rows) per prompt when max_rows is smaller. Guided calls advance both prompts in
+ * every other cut lands on a multiple of DR_GDN_CHUNK (16) positions, so a call can take up to
+ * one block (16 rows) per prompt when max_rows is smaller. Guided calls advance both prompts in
  * proportion; the unconditional one may be complete first (later calls carry conditional rows
  * only), and the call that completes the conditional one (or its prefix) takes the rest of the
  * unconditional one. *used =

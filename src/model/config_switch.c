@@ -4,9 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "base/error.h"
 #include "model/config.h"
 #include "model/config_internal.h"
+
+#define SW_STR_(x) #x
+#define SW_STR(x) SW_STR_(x) /* the DeltaNet block as text */
 
 static const dr_switch_def SWITCHES[] = {
     {"backbone.prefix", DR_SWT_STRING, "null", NULL,
@@ -22,9 +26,9 @@ static const dr_switch_def SWITCHES[] = {
     {"input.code_scale", DR_SWT_ENUM, "\"rsqrt\"", "rsqrt|none", "audio row scale: rsqrt = 1/sqrt(n+1), none = 1"},
     {"input.add_token_embedding", DR_SWT_BOOL, "true", NULL, "add the token embedding at audio rows"},
     {"deltanet.prefill", DR_SWT_ENUM, "\"chunked\"", "chunked|recurrent",
-     "DeltaNet prefill: chunked = aligned 64-row blocks in the chunked form (fp32-close to the recurrence; "
-     "prefill pieces cut at multiples of 64, so slicing changes no bit), recurrent = row by row (bit-identical "
-     "to steps)"},
+     "DeltaNet prefill: chunked = aligned " SW_STR(DR_GDN_CHUNK_ROWS) "-row blocks in the chunked form (fp32-close "
+     "to the recurrence; prefill pieces cut at multiples of " SW_STR(DR_GDN_CHUNK_ROWS) ", so slicing changes no "
+     "bit), recurrent = row by row (bit-identical to steps)"},
     {"tower.input", DR_SWT_ENUM, "\"final_norm\"", "final_norm|pre_norm", "backbone hidden fed to the tower"},
     {"tower.code_table", DR_SWT_STRING, "\"audio_decoder_mtp.codebook_embeddings.weight\"", NULL,
      "tower code embedding table"},

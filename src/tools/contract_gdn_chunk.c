@@ -18,6 +18,8 @@
 #include "tools/contract_internal.h"
 
 #define U CT_U32
+#define GK_STR_(x) #x
+#define GK_STR(x) GK_STR_(x) /* the block length as text (time_shape) */
 
 enum { GK_RANDOM, GK_TINY, GK_DECAY, GK_NAN, GK_DISCR, GK_KINDS };
 static const char *const gk_name[GK_KINDS] = {"random", "tiny", "strong/weak decay", "nan", "fp16-discriminating"};
@@ -125,10 +127,11 @@ static void chunk_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
 static void check_chunk(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     uint64_t s = ctx->seed ^ 0x4744434bull;
     const int dims[][2] = {{1, 1}, {8, 5}, {32, 32}, {64, 128}, {128, 128}};
-    const int lens[] = {1, 3, 17, DR_GDN_CHUNK};
+    const int lens[] = {1, 3, 17, 64, DR_GDN_CHUNK}; /* the last: the engine's block (skipped when one above) */
     for (int kind = 0; kind < GK_KINDS; kind++)
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
             for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+                if (l == 4 && (DR_GDN_CHUNK == 1 || DR_GDN_CHUNK == 3 || DR_GDN_CHUNK == 17 || DR_GDN_CHUNK == 64)) continue;
                 if (kind != GK_RANDOM && dims[d][0] < 32 && lens[l] < 17) continue;
                 if (kind == GK_DISCR && (dims[d][0] != 128 || lens[l] != 3)) continue;
                 chunk_case(k, res, &s, kind, lens[l], dims[d][0], dims[d][1]);
@@ -162,7 +165,7 @@ int ct_gdn_chunk_kernels(ct_kernel *out, int max) {
     int n = 0;
     for (int v = 0; v < 2 && n < max; v++, n++)
         out[n] = (ct_kernel){.name = "gdn_chunk", .backend = v ? "cpu/portable" : "cpu", .precision = k_chunk_precision,
-                             .check = check_chunk, .time = time_chunk, .time_shape = "L=64 128x128",
+                             .check = check_chunk, .time = time_chunk, .time_shape = "L=" GK_STR(DR_GDN_CHUNK_ROWS) " 128x128",
                              .limit_ms = v ? 60.0 : 2.0, .variant = v}; /* portable: libm fmaf */
     return n;
 }

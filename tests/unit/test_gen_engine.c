@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "drama.h"
+#include "backend/cpu/ops.h"
 #include "gen/engine_internal.h"
 #include "gen/session.h"
 #include "model/state.h"
@@ -351,10 +352,11 @@ static void prefill_trace(drama_model *m, const drama_request *r, int64_t slice,
         dr_pl_gen_free(first);
         slice = 0;
     }
-    /* every cut on the 64-row grid (chunked) or at the voice prefix or the prompt's end, and no
-     * call longer than the slice or one block per prompt (except the unconditional rest taken by
-     * the call that completes the conditional prompt or its prefix) */
-    int64_t align = dr_pl_lm_model(m)->bb.d.gdn_recurrent ? 1 : 64, pc0, pu0, nc0, nu0;
+    /* every cut on the DR_GDN_CHUNK-row grid (chunked) or at the voice prefix or the prompt's end,
+     * and no call longer than the slice or one block per prompt (except the unconditional rest
+     * taken by the call that completes the conditional prompt or its prefix) */
+    const int64_t B = DR_GDN_CHUNK;
+    int64_t align = dr_pl_lm_model(m)->bb.d.gdn_recurrent ? 1 : B, pc0, pu0, nc0, nu0;
     dr_pl_gen_prefix(g, &pc0, &pu0);
     dr_pl_gen_rows(g, 0, &nc0);
     dr_pl_gen_rows(g, 1, &nu0);
@@ -364,8 +366,8 @@ static void prefill_trace(drama_model *m, const drama_request *r, int64_t slice,
         int64_t c1 = dr_pl_gen_fed(g, 0), u1 = dr_pl_gen_fed(g, 1);
         assert_true(c1 % align == 0 || c1 == pc0 || c1 == nc0);
         assert_true(u1 % align == 0 || u1 == pu0 || u1 == nu0);
-        if (slice > 0) assert_true(c1 - c0 <= (slice > 64 ? slice : 64));
-        if (slice > 0 && c1 != pc0 && c1 != nc0) assert_true(u1 - u0 <= (slice > 64 ? slice : 64));
+        if (slice > 0) assert_true(c1 - c0 <= (slice > B ? slice : B));
+        if (slice > 0 && c1 != pc0 && c1 != nc0) assert_true(u1 - u0 <= (slice > B ? slice : B));
         calls++;
     }
     dr_gen_session *s = dr_pl_gen_session(g);
@@ -420,11 +422,11 @@ static void test_prefill_state_bitwise(void **state) {
     drama_model_close(m);
 }
 
-/* deltanet.prefill=chunked (the default) with prompts long enough for whole 64-row blocks on
- * both sides of the voice prefix (a 150-frame reference, a long text): the state is bit for bit
- * the same in one call, in slices of 1, 7, 64 and 100 rows, and through a snapshot; the codes
- * through the engine at those slices equal the solo run; and row by row (recurrent) gives
- * visibly other bits (so the chunked form really ran), within fp32 rounding of them. */
+/* deltanet.prefill=chunked (the default) with prompts long enough for whole DR_GDN_CHUNK-row
+ * blocks on both sides of the voice prefix (a 150-frame reference, a long text): the state is bit
+ * for bit the same in one call, in slices of 1, 7, 16, 64 and 100 rows, and through a snapshot;
+ * the codes through the engine at those slices equal the solo run; and row by row (recurrent)
+ * gives visibly other bits (so the chunked form really ran), within fp32 rounding of them. */
 static void test_prefill_chunked_blocks(void **state) {
     (void)state;
     drama_model *m = open_tiny(), *mr = NULL;
@@ -458,12 +460,12 @@ static void test_prefill_chunked_blocks(void **state) {
     bg.text = "Hello there.";
     bg.seed = 7;
     bg.seed_set = 1;
-    const int64_t slices[5] = {1, 7, 64, 100, -1};
+    const int64_t slices[6] = {1, 7, 16, 64, 100, -1};
     for (int p = 0; p < 2; p++) {
         printf("long voice, %s:\n", p ? "guided" : "unguided");
         trace whole = {0}, other = {0}, rt = {0};
         prefill_trace(m, &r[p], 0, &whole);
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             prefill_trace(m, &r[p], slices[k], &other);
             assert_int_equal(whole.n, other.n);
             assert_memory_equal(whole.v, other.v, whole.n * sizeof(float));

@@ -64,8 +64,14 @@ void dr_op_gdn_step(float *S, const float *q, const float *k, const float *v, fl
  * becomes the state after the last row. Equals L dr_op_gdn_step calls up to fp32 rounding, not bit
  * for bit; the same bits on the AVX2 and the portable path (portable = 1 forces the latter).
  * scratch: dr_op_gdn_chunk_scratch(L, dk, dv) floats. The prefill uses it for complete,
- * position-aligned blocks of DR_GDN_CHUNK rows. */
-enum { DR_GDN_CHUNK = 64 };
+ * position-aligned blocks of DR_GDN_CHUNK rows (the grid every prefill cut follows). */
+#ifndef DR_GDN_CHUNK_ROWS
+/* 16: the chunked form is as fast as at 64 and the shortest prefill tick (one block) 4x shorter
+ * (bench/RESULTS.md, "the DeltaNet block"). A build constant, never load-dependent (results depend
+ * on it): -DDR_GDN_CHUNK_ROWS=N only to measure another grid. */
+#define DR_GDN_CHUNK_ROWS 16
+#endif
+enum { DR_GDN_CHUNK = DR_GDN_CHUNK_ROWS };
 int64_t dr_op_gdn_chunk_scratch(int L, int dk, int dv);
 void dr_op_gdn_chunk(float *S, const float *q, const float *k, int64_t ld_qk, const float *v, int64_t ld_v,
                      const float *g, const float *beta, int64_t ld_gate, int L, int dk, int dv, float *scratch,
