@@ -8,6 +8,10 @@
  * also bit for bit against the default n = 1 kernel (matvec1_kernel) on the same inputs, as is the
  * fused norm's case (its float64 check is matmul_norm.*'s: the staging is the same function). The
  * planted control reads the ring slot after the one it waited for (inside the segment loop).
+ * The same cases with x staged in the plain layout (DRAMA_CUDA_XT=0; the default is chunk-transposed):
+ * `matmul_xt0.<fmt>` (matvec1_kernel), `matmul_async_xt0.<fmt>`, `matmul_bulk_xt0.<fmt>`, each also
+ * bit for bit against the default kernel with the default layout; the transposed layout's control
+ * (`matmul_xt.bf16`) dots each chunk with the next chunk's x (inside the new indexing).
  * docs/contract.md "CUDA entries"; these entries have not yet run on a GPU. */
 #include "tools/contract_cuda_internal.h"
 
@@ -22,22 +26,30 @@
 #define CUDA_CHAIN 8  /* contract_cuda.c's: (K + 8) u sum |x| m */
 #define MAX_COLS 12288 /* the variant's widest row (MV1_MAX_COLS) */
 
-static const char *const mode_name[3] = {"", "async", "bulk"};
-static char names[3][CT_F_COUNT][40];
+/* mode: the n = 1 kernel (dr_cuda_set_mv1) and the staging of x (dr_cuda_set_xt); 0 = the defaults */
+#define NMODE 7
+static const char *const mode_name[NMODE] = {"", "async", "bulk", "xt0", "async_xt0", "bulk_xt0", "xt"};
+static const int mode_mv1[NMODE] = {0, 1, 2, 0, 1, 2, 0}, mode_xt[NMODE] = {1, 1, 1, 0, 0, 0, 1};
+static char names[NMODE][CT_F_COUNT][40];
 
 static void make_names(void) {
-    for (int mode = 1; mode <= 2; mode++)
+    for (int mode = 1; mode < NMODE; mode++)
         for (int f = 0; f < CT_F_COUNT; f++) /* "matmul.bf16" -> "matmul_async.bf16" */
             snprintf(names[mode][f], sizeof names[mode][f], "matmul_%s.%s", mode_name[mode], ct_matmul_names[f] + 7);
 }
 
-static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 3; }
+static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 7; }
 
-/* The products of `jobs` on the variant (or its planted defect) with mode 1/2, or on the default
- * kernel with mode 0. */
+static drama_status set_mode(cu_t *t, int mode) {
+    drama_status st = dr_cuda_set_mv1(t->c, mode_mv1[mode], &t->err);
+    return st ? st : dr_cuda_set_xt(t->c, mode_xt[mode], &t->err);
+}
+
+/* The products of `jobs` on the variant (or its planted defect) with mode 1 .. NMODE-1, or on the
+ * default kernel and layout with mode 0. */
 static drama_status run(const ct_kernel *k, cu_t *t, int mode, const dr_cuda_job *jobs, int count) {
     if (t->failed) return DRAMA_EINTERNAL;
-    drama_status st = dr_cuda_set_mv1(t->c, mode, &t->err);
+    drama_status st = set_mode(t, mode);
     if (!st) st = mode && k->control ? dr_cuda_matmul_batch_defect(t->c, jobs, count, k->control, &t->err)
                                      : dr_cuda_matmul_batch(t->c, jobs, count, &t->err);
     if (st) t->failed = 1;
@@ -203,7 +215,7 @@ static double time_one(const ct_kernel *k, int64_t rows, int64_t cols) {
     if (ct_w_make(&w, k->variant & 0xFF, src, rows, cols) == 0) {
         st_timed m = {&t, {cu_weight(&t, &w.w), cu_put(&t, x, (size_t)cols * 4), 1, cu_alloc(&t, (size_t)rows * 4), 0, 0,
                            0, 0, NULL, NULL, 0, 0, NULL}};
-        if (!t.failed && !dr_cuda_set_mv1(t.c, mode_of(k), &t.err)) ms = cu_time(&t, timed, &m);
+        if (!t.failed && !set_mode(&t, mode_of(k))) ms = cu_time(&t, timed, &m);
         ct_w_free(&w);
     }
     free(src), free(x);
@@ -217,13 +229,13 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *k_precision =
-    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), weights via shared memory; tol = (K+8) u "
-    "sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
+    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), weights via shared memory or registers, x "
+    "staged transposed or plain; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
 
 int ct_cuda_stream_kernels(ct_kernel *out, int max) {
     int n = 0;
     make_names();
-    for (int mode = 1; mode <= 2; mode++)
+    for (int mode = 1; mode <= 5; mode++) /* 6 ("xt"): the default kernel and layout, for the control only */
         for (int f = 0; f < CT_F_COUNT && n < max; f++, n++)
             out[n] = (ct_kernel){.name = names[mode][f], .backend = "cuda", .precision = k_precision, .check = check,
                                  .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",
@@ -233,14 +245,17 @@ int ct_cuda_stream_kernels(ct_kernel *out, int max) {
 }
 
 int ct_cuda_stream_controls(ct_kernel *out, int max) {
-    const struct { int f, mode; } c[] = {{CT_F_BF16, 1}, {CT_F_NVFP4, 2}};
+    const struct { int f, mode, defect; const char *desc; } c[] = {
+        {CT_F_BF16, 1, DR_CUDA_DEFECT_RING_SLOT, "device: streamed product dots the ring slot after the one waited for"},
+        {CT_F_NVFP4, 2, DR_CUDA_DEFECT_RING_SLOT, "device: streamed product dots the ring slot after the one waited for"},
+        {CT_F_BF16, 6, DR_CUDA_DEFECT_XT_SHIFT, "device: n = 1 product dots each chunk with the next chunk's staged x"},
+    };
     int n = 0;
     make_names();
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
         out[n] = (ct_kernel){.name = names[c[i].mode][c[i].f], .backend = "cuda/control", .precision = k_precision,
-                             .check = check, .variant = c[i].f | (c[i].mode << 8), .control = DR_CUDA_DEFECT_RING_SLOT,
-                             .control_desc = "device: streamed product dots the ring slot after the one waited for",
-                             .unavailable = cu_unavailable};
+                             .check = check, .variant = c[i].f | (c[i].mode << 8), .control = c[i].defect,
+                             .control_desc = c[i].desc, .unavailable = cu_unavailable};
     return n;
 }
 

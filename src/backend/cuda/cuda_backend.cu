@@ -75,6 +75,9 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     const char *mv1 = getenv("DRAMA_CUDA_MV1");
     int mode = mv1 && !strcmp(mv1, "async") ? MVS_ASYNC : mv1 && !strcmp(mv1, "bulk") ? MVS_BULK : MV1_REGISTERS;
     drama_status st = mode ? dr_cuda_set_mv1(c, mode, err) : DRAMA_OK;
+    /* DRAMA_CUDA_XT=0: the n = 1 kernels stage x in the plain layout (to compare; default transposed) */
+    const char *xt = getenv("DRAMA_CUDA_XT");
+    c->xt = !(xt && !strcmp(xt, "0"));
     if (st) {
         dr_cuda_close(c);
         return st;
@@ -88,6 +91,12 @@ extern "C" drama_status dr_cuda_set_mv1(dr_cuda *c, int mode, drama_error *err) 
     cudaError_t e = mode ? dr_cuda_mvs_init() : cudaSuccess;
     if (e != cudaSuccess) return cuda_fail(err, e, "streamed matvec shared memory");
     c->mv1 = mode;
+    return DRAMA_OK;
+}
+
+extern "C" drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err) {
+    if (!c || xt < 0 || xt > 1) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_xt: bad argument");
+    c->xt = xt;
     return DRAMA_OK;
 }
 
@@ -379,6 +388,7 @@ static cudaError_t launch(dr_cuda *c, int fmt, int defect, const mv_batch *b) {
 static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_error *err) {
     if (b->count == 0) return DRAMA_OK;
     cudaError_t e = cudaSuccess;
+    b->xt = c->xt;
     if (b->max_rows > 0 && b->max_n > 0) e = launch(c, fmt, defect, b);
     b->count = 0;
     b->max_rows = b->max_n = 0;

@@ -22,6 +22,7 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
     DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
     DR_CUDA_DEFECT_RING_SLOT,         /* streamed n = 1 product, BF16 / NVFP4: the ring slot after the one waited for */
+    DR_CUDA_DEFECT_XT_SHIFT,          /* n = 1, BF16, transposed staging: each chunk dotted with the next chunk's x */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
 
@@ -37,6 +38,11 @@ drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, in
  * outside a capture: it opts the kernels into their shared memory. */
 drama_status dr_cuda_set_mv1(dr_cuda *c, int mode, drama_error *err);
 
+/* How the n = 1 kernels (matvec1_kernel, the streamed variant) stage x in shared memory from now on:
+ * 1 = chunk-transposed (the default: no bank conflicts), 0 = plain (y bit for bit the same).
+ * dr_cuda_open sets it from DRAMA_CUDA_XT ("0": 0, else 1). */
+drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err);
+
 /* y[i] = dr_expf_det(x[i]) computed on the device (num/expf_det.h), for the contract's check that
  * host and device give the same bits; device_expf = 1 computes the device's own expf instead (the
  * planted control: close, but not the same bits). x, y device pointers. */
@@ -47,8 +53,8 @@ drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float 
 struct dr_cuda_moe;
 void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
 /* The MoE layer's few-row expert kernels (moe_decode.cuh) with a planted defect from then on:
- * 1 = the up row of the next output, 2 = each rank weighted with the next rank's routing weight;
- * 0 = none. */
+ * 1 = the up row of the next output, 2 = each rank weighted with the next rank's routing weight,
+ * 4 = (DRAMA_CUDA_XT=1) each SwiGLU value written a chunk over in the transposed layout; 0 = none. */
 struct dr_cuda_moe;
 void dr_cuda_moe_plant_defect(struct dr_cuda_moe *m, int defect);
 /* The few-row down kernel of the MoE layer m from now on: 0 = moe_down_decode_kernel (the default),

@@ -22,6 +22,7 @@ struct dr_cuda {
     dr_cuda_info info;
     cudaStream_t stream;
     int mv1; /* mv1_mode */
+    int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
 };
 
 struct dr_cuda_weight {
@@ -65,6 +66,7 @@ struct mv_job {
 struct mv_batch {
     mv_job job[DR_CUDA_MAX_BATCH];
     int count;
+    int xt;           /* n = 1 kernels: x staged chunk-transposed (1, DRAMA_CUDA_XT) or plain (0) */
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };

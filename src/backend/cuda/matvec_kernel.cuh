@@ -167,31 +167,75 @@ template <bool SX> __device__ __forceinline__ float ldx(const float *p) {
     else return __ldg(p);
 }
 
-template <int FMT, int NT, bool TAIL, int DEFECT, bool SX = false>
+/* The chunk-transposed staging of x (XT, DRAMA_CUDA_XT=1, the default): float4 q of chunk ch (elements
+ * ch*EPC + 4q .. +3) at float4 index q*nchp + ch (nchp: the row's chunks), so when the 32 lanes of a
+ * warp dot chunks base .. base+31, each step q reads 32 consecutive float4s: no shared-memory bank
+ * conflict (the plain layout puts lanes EPC*4 bytes apart: 2-, 4- or 8-way for 8, 16, 32 per chunk).
+ * xt_at: the float index of element i (any i < cols; the layout holds nchp*EPC floats). */
+template <int EPC> __device__ __forceinline__ int64_t xt_at(int64_t i, int64_t nchp) {
+    const int64_t ch = i / EPC;
+    const int e = (int)(i - ch * EPC);
+    return ((e >> 2) * nchp + ch) * 4 + (e & 3);
+}
+/* where staged element i lives: xt_at, or i itself in the plain layout */
+template <int EPC, bool XT> __device__ __forceinline__ int64_t xs_at(int64_t i, int64_t nchp) {
+    if constexpr (XT) return xt_at<EPC>(i, nchp);
+    else return i;
+}
+/* floats a staged row of cols takes (the transposed layout rounds up to whole chunks) */
+template <int EPC> __host__ __device__ __forceinline__ int64_t xt_floats(int64_t cols) {
+    return (cols + EPC - 1) / EPC * EPC;
+}
+
+/* XT: J.x is the row in the transposed layout (NT = 1, t0 = 0; staged in shared memory with SX, or so
+ * written in global memory by its producer, 16-byte aligned: any full chunk is read as float4s,
+ * whatever x_vec says); the values and the fmaf order are the plain layout's. */
+template <int FMT, int NT, bool TAIL, int DEFECT, bool SX = false, bool XT = false>
 __device__ __forceinline__ void chunk_dot(const mv_job &J, int64_t row, int64_t ch, uint4 v, int64_t t0, int nt,
                                           float (&acc)[NT]) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
+    static_assert(!XT || NT == 1, "the transposed layout holds one activation row");
     const int64_t c0 = ch * EPC;
     const int lim = TAIL ? (int)(J.cols - c0) : EPC;
     float w[EPC];
     decode<FMT, TAIL, DEFECT>(J, row, c0, v, lim, w);
+    if constexpr (XT) {
+        const int64_t nchp = (J.cols + EPC - 1) / EPC;
+        const int64_t cx = DEFECT == DR_CUDA_DEFECT_XT_SHIFT ? (ch + 1) % nchp : ch; /* planted: the next chunk's x */
+        const float *xc = J.x + cx * 4; /* float4 q of the chunk at xc + q * nchp * 4 */
+        if (!TAIL) {
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-        if (j < nt) {
-            const float *xr = J.x + (t0 + j) * J.cols + c0;
-            if (!TAIL && J.x_vec) {
+            for (int e = 0; e < EPC; e += 4) {
+                float4 xv = ldx4<SX>(xc + (e >> 2) * nchp * 4);
+                acc[0] = keep<DEFECT>(fmaf(w[e], xv.x, acc[0]));
+                acc[0] = keep<DEFECT>(fmaf(w[e + 1], xv.y, acc[0]));
+                acc[0] = keep<DEFECT>(fmaf(w[e + 2], xv.z, acc[0]));
+                acc[0] = keep<DEFECT>(fmaf(w[e + 3], xv.w, acc[0]));
+            }
+        } else {
 #pragma unroll
-                for (int e = 0; e < EPC; e += 4) {
-                    float4 xv = ldx4<SX>(xr + e);
-                    acc[j] = keep<DEFECT>(fmaf(w[e], xv.x, acc[j]));
-                    acc[j] = keep<DEFECT>(fmaf(w[e + 1], xv.y, acc[j]));
-                    acc[j] = keep<DEFECT>(fmaf(w[e + 2], xv.z, acc[j]));
-                    acc[j] = keep<DEFECT>(fmaf(w[e + 3], xv.w, acc[j]));
+            for (int e = 0; e < EPC; e++)
+                if (e < lim) acc[0] = keep<DEFECT>(fmaf(w[e], ldx<SX>(xc + (e >> 2) * nchp * 4 + (e & 3)), acc[0]));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            if (j < nt) {
+                const float *xr = J.x + (t0 + j) * J.cols + c0;
+                if (!TAIL && J.x_vec) {
+#pragma unroll
+                    for (int e = 0; e < EPC; e += 4) {
+                        float4 xv = ldx4<SX>(xr + e);
+                        acc[j] = keep<DEFECT>(fmaf(w[e], xv.x, acc[j]));
+                        acc[j] = keep<DEFECT>(fmaf(w[e + 1], xv.y, acc[j]));
+                        acc[j] = keep<DEFECT>(fmaf(w[e + 2], xv.z, acc[j]));
+                        acc[j] = keep<DEFECT>(fmaf(w[e + 3], xv.w, acc[j]));
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < EPC; e++)
+                        if (e < lim) acc[j] = keep<DEFECT>(fmaf(w[e], ldx<SX>(xr + e), acc[j]));
                 }
-            } else {
-#pragma unroll
-                for (int e = 0; e < EPC; e++)
-                    if (e < lim) acc[j] = keep<DEFECT>(fmaf(w[e], ldx<SX>(xr + e), acc[j]));
             }
         }
     }
@@ -262,16 +306,16 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
 #define MV1_MAX_WARPS 16
 #define MV1_MAX_COLS 12288 /* x [cols] fp32 in at most 48 KiB of shared memory (no opt-in needed) */
 
-template <int FMT, int DEFECT>
+template <int FMT, int DEFECT, bool XT>
 __device__ __forceinline__ void mv1_batch(const mv_job &L, int64_t row, int64_t base, int64_t nfull, int64_t nch,
                                           const uint4 (&v)[MV1_UNROLL], float (&acc)[1]) {
 #pragma unroll
     for (int k = 0; k < MV1_UNROLL; k++) {
         int64_t ch = base + 32 * k;
         if (ch < nfull)
-            chunk_dot<FMT, 1, false, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+            chunk_dot<FMT, 1, false, DEFECT, true, XT>(L, row, ch, v[k], 0, 1, acc);
         else if (ch < nch && DEFECT != DR_CUDA_DEFECT_DROP_TAIL_CHUNK) /* planted: tail skipped */
-            chunk_dot<FMT, 1, true, DEFECT, true>(L, row, ch, v[k], 0, 1, acc);
+            chunk_dot<FMT, 1, true, DEFECT, true, XT>(L, row, ch, v[k], 0, 1, acc);
     }
 }
 
@@ -283,17 +327,28 @@ __device__ __forceinline__ void mv1_load(const uint8_t *wrow, int64_t base, int6
     }
 }
 
+/* x [cols] staged in xs, element i at xs_at<EPC, XT>(i, nch) (all threads of the block; a barrier
+ * must follow before anyone reads it) */
+template <int EPC, bool XT> __device__ __forceinline__ void mv1_stage(const mv_job &J, float *xs) {
+    const int64_t nch = (J.cols + EPC - 1) / EPC;
+    for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[xs_at<EPC, XT>(i, nch)] = J.x[i];
+}
+
 /* xs [cols] (staged x) <- rms_norm(xs, J.norm_w, J.norm_eps), the whole block: the sum of squares in
  * rms_norm_kernel's order (256 threads, i = t, t + 256, ..., each warp's xor tree, then the 8 warp
  * sums' tree), r rounded once, two fp32 products: dr_cuda_rms_norm's values bit for bit. Block 0 of
- * the job writes them to J.norm_y too. */
-template <int DEFECT> __device__ __forceinline__ void mv1_norm(const mv_job &J, float *xs) {
+ * the job writes them to J.norm_y too. Element i is read and written at xs_at (the staging's layout). */
+template <int DEFECT, int EPC, bool XT> __device__ __forceinline__ void mv1_norm(const mv_job &J, float *xs) {
     __shared__ double sh[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads(); /* xs staged */
+    const int64_t nch = (J.cols + EPC - 1) / EPC;
     double ss = 0.0;
     if (threadIdx.x < 256)
-        for (int64_t i = threadIdx.x; i < J.cols; i += 256) ss += (double)xs[i] * (double)xs[i];
+        for (int64_t i = threadIdx.x; i < J.cols; i += 256) {
+            const int64_t k = xs_at<EPC, XT>(i, nch);
+            ss += (double)xs[k] * (double)xs[k];
+        }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
     if (lane == 0 && warp < 8) sh[warp] = ss;
@@ -305,16 +360,17 @@ template <int DEFECT> __device__ __forceinline__ void mv1_norm(const mv_job &J, 
     const float *w = DEFECT == DR_CUDA_DEFECT_NORM_NO_WEIGHT ? NULL : J.norm_w; /* planted: weight skipped */
     const bool out = J.norm_y && blockIdx.x == 0;
     for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) {
-        float v = w ? __fmul_rn(__fmul_rn(xs[i], r), __ldg(w + i)) : __fmul_rn(xs[i], r);
-        xs[i] = v;
+        float *p = xs + xs_at<EPC, XT>(i, nch);
+        float v = w ? __fmul_rn(__fmul_rn(*p, r), __ldg(w + i)) : __fmul_rn(*p, r);
+        *p = v;
         if (out) J.norm_y[i] = v;
     }
 }
 
-template <int FMT, int DEFECT>
+template <int FMT, int DEFECT, bool XT>
 __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __grid_constant__ mv_batch b) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
-    extern __shared__ float4 xs4[]; /* [cols] floats */
+    extern __shared__ float4 xs4[]; /* [xt_floats(cols)] floats */
     float *xs = reinterpret_cast<float *>(xs4);
     const mv_job &J = b.job[blockIdx.y];
     const int64_t row0 = J.r0 + (int64_t)blockIdx.x * (blockDim.x >> 5);
@@ -326,8 +382,8 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     const uint8_t *wrow = J.data + (live ? row : row0) * J.pitch;
     uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
     if (live) mv1_load(wrow, lane, nch, va);
-    for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[i] = J.x[i];
-    if (J.norm) mv1_norm<DEFECT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
+    mv1_stage<EPC, XT>(J, xs);
+    if (J.norm) mv1_norm<DEFECT, EPC, XT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
     __syncthreads();
     if (!live) return;
     mv_job L = J;
@@ -337,7 +393,7 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     for (int64_t base = lane; base < nch; base += 32 * MV1_UNROLL) {
         const int64_t nb = base + 32 * MV1_UNROLL;
         if (nb < nch) mv1_load(wrow, nb, nch, vb); /* the next batch in flight */
-        mv1_batch<FMT, DEFECT>(L, row, base, nfull, nch, va, acc);
+        mv1_batch<FMT, DEFECT, XT>(L, row, base, nfull, nch, va, acc);
 #pragma unroll
         for (int k = 0; k < MV1_UNROLL; k++) va[k] = vb[k];
     }
@@ -362,7 +418,7 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
     if (n <= 1 && max_cols <= MV1_MAX_COLS) {
         int64_t total_rows = 0;
         for (int i = 0; i < b->count; i++) total_rows += b->job[i].r1 - b->job[i].r0;
-        const size_t smem = (size_t)max_cols * sizeof(float);
+        const size_t smem = (size_t)xt_floats<fmt_traits<FMT>::EPC>(max_cols) * sizeof(float);
         static int sms = 0; /* the device's SM count, asked once (not a stream operation: fine in a capture) */
         if (!sms) {
             int dev = 0;
@@ -371,10 +427,12 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
         }
         if (total_rows >= 16 * (int64_t)sms) { /* a block of 16 rows for every SM */
             dim3 g1((unsigned)((b->max_rows + 15) / 16), (unsigned)b->count);
-            matvec1_kernel<FMT, DEFECT><<<g1, 16 * 32, smem, stream>>>(*b);
+            if (b->xt) matvec1_kernel<FMT, DEFECT, true><<<g1, 16 * 32, smem, stream>>>(*b);
+            else matvec1_kernel<FMT, DEFECT, false><<<g1, 16 * 32, smem, stream>>>(*b);
         } else {
             dim3 g1((unsigned)((b->max_rows + 7) / 8), (unsigned)b->count);
-            matvec1_kernel<FMT, DEFECT><<<g1, 8 * 32, smem, stream>>>(*b);
+            if (b->xt) matvec1_kernel<FMT, DEFECT, true><<<g1, 8 * 32, smem, stream>>>(*b);
+            else matvec1_kernel<FMT, DEFECT, false><<<g1, 8 * 32, smem, stream>>>(*b);
         }
     } else if (n <= 1)
         matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);

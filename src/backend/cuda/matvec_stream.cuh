@@ -33,8 +33,11 @@
 static_assert(MVS_WARPS * 32 >= 256, "mv1_norm sums over 256 threads");
 static_assert(MVS_WARPS * MVS_STAGES * 8 <= MVS_BAR_BYTES, "mbarriers fit their space");
 
-/* dynamic shared memory of a launch: barriers | ring | x [cols] */
-static inline size_t mvs_smem_bytes(int64_t cols) { return MVS_BAR_BYTES + MVS_RING_BYTES + (size_t)cols * 4; }
+/* dynamic shared memory of a launch: barriers | ring | x [cols] (rounded up to whole chunks of 32: any
+ * format's transposed staging fits) */
+static inline size_t mvs_smem_bytes(int64_t cols) {
+    return MVS_BAR_BYTES + MVS_RING_BYTES + (size_t)xt_floats<32>(cols) * 4;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -86,7 +89,7 @@ __device__ __forceinline__ void mvs_issue(uint4 *slots, uint64_t *bars, const ui
     }
 }
 
-template <int FMT, int COPY, int DEFECT>
+template <int FMT, int COPY, int DEFECT, bool XT>
 __global__ void __launch_bounds__(MVS_WARPS * 32) matvec_stream_kernel(const __grid_constant__ mv_batch b) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
     extern __shared__ uint4 smem4[];
@@ -114,8 +117,8 @@ __global__ void __launch_bounds__(MVS_WARPS * 32) matvec_stream_kernel(const __g
         if (live && g < nseg) mvs_issue<COPY>(slots, bars, wrow, g, nch, lane);
         if constexpr (COPY == MVS_ASYNC) cp_async_commit();
     }
-    for (int64_t i = threadIdx.x; i < J.cols; i += blockDim.x) xs[i] = J.x[i];
-    if (J.norm) mv1_norm<DEFECT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
+    mv1_stage<EPC, XT>(J, xs);
+    if (J.norm) mv1_norm<DEFECT, EPC, XT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
     __syncthreads();
     if (!live) return;
     mv_job L = J;
@@ -135,8 +138,8 @@ __global__ void __launch_bounds__(MVS_WARPS * 32) matvec_stream_kernel(const __g
 #pragma unroll
         for (int k = 0; k < MVS_CPL; k++) {
             const int64_t ch = g * MVS_SEG + lane + 32 * k;
-            if (ch < nfull) chunk_dot<FMT, 1, false, DEFECT, true>(L, row, ch, slot[lane + 32 * k], 0, 1, acc);
-            else if (ch < nch) chunk_dot<FMT, 1, true, DEFECT, true>(L, row, ch, slot[lane + 32 * k], 0, 1, acc);
+            if (ch < nfull) chunk_dot<FMT, 1, false, DEFECT, true, XT>(L, row, ch, slot[lane + 32 * k], 0, 1, acc);
+            else if (ch < nch) chunk_dot<FMT, 1, true, DEFECT, true, XT>(L, row, ch, slot[lane + 32 * k], 0, 1, acc);
         }
     }
 #pragma unroll
@@ -153,7 +156,8 @@ template <int FMT, int COPY, int DEFECT> static cudaError_t mvs_launch(const mv_
     int64_t max_cols = 0;
     for (int i = 0; i < b->count; i++) max_cols = b->job[i].cols > max_cols ? b->job[i].cols : max_cols;
     dim3 grid((unsigned)((b->max_rows + MVS_WARPS - 1) / MVS_WARPS), (unsigned)b->count);
-    matvec_stream_kernel<FMT, COPY, DEFECT><<<grid, MVS_WARPS * 32, mvs_smem_bytes(max_cols), stream>>>(*b);
+    if (b->xt) matvec_stream_kernel<FMT, COPY, DEFECT, true><<<grid, MVS_WARPS * 32, mvs_smem_bytes(max_cols), stream>>>(*b);
+    else matvec_stream_kernel<FMT, COPY, DEFECT, false><<<grid, MVS_WARPS * 32, mvs_smem_bytes(max_cols), stream>>>(*b);
     return cudaGetLastError();
 }
 
@@ -166,11 +170,13 @@ template <int FMT, int DEFECT> static cudaError_t mvs_launch_mode(int mode, cons
  * 4000 columns on); called before any capture (dr_cuda_set_mv1). */
 template <int FMT, int DEFECT> static cudaError_t mvs_optin() {
     const int bytes = (int)mvs_smem_bytes(MV1_MAX_COLS);
-    cudaError_t e = cudaFuncSetAttribute((const void *)matvec_stream_kernel<FMT, MVS_ASYNC, DEFECT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute((const void *)matvec_stream_kernel<FMT, MVS_BULK, DEFECT>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const void *fn[4] = {(const void *)matvec_stream_kernel<FMT, MVS_ASYNC, DEFECT, true>,
+                         (const void *)matvec_stream_kernel<FMT, MVS_BULK, DEFECT, true>,
+                         (const void *)matvec_stream_kernel<FMT, MVS_ASYNC, DEFECT, false>,
+                         (const void *)matvec_stream_kernel<FMT, MVS_BULK, DEFECT, false>};
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     return e;
 }
 
