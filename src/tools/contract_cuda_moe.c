@@ -219,7 +219,11 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     float *yg = xm((size_t)(n * H) * 4);
     if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);
     if (dm && k->control == CT_CUDA_MOE_WSEL_NEXT) dr_cuda_moe_plant_defect(dm, 2);
-    if (dm && lean) dr_cuda_moe_set_down(dm, 1); /* the down kernel at <= 128 registers */
+    if (dm && (lean & 1)) dr_cuda_moe_set_down(dm, 1); /* the down kernel at <= 128 registers */
+    if (dm && k->control == CT_CUDA_MOE_XT_NEXT) dr_cuda_moe_plant_defect(dm, 4);
+    /* lean & 2: the decode kernels' plain layouts (DRAMA_CUDA_XT=0); the grouped path has none, so its
+     * bit-for-bit check below ties both layouts to the same bits */
+    if (!t->failed && dr_cuda_set_xt(t->c, !(lean & 2), &t->err)) t->failed = 1;
     if (dm && k->control == CT_CUDA_MOE_LEAN_NEXT) dr_cuda_moe_plant_defect(dm, 3);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
@@ -253,9 +257,10 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         }
     }
     dr_cuda_moe_free(dm);
+    if (dr_cuda_set_xt(t->c, 1, &t->err)) t->failed = 1;
     char name[128];
-    snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d", positive ? "fp16-discriminating " : "",
-             k->name, n, m.n_kept, E, tk, norm);
+    snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d%s", positive ? "fp16-discriminating " : "",
+             k->name, n, m.n_kept, E, tk, norm, (lean & 2) ? " plain x (XT=0)" : "");
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, (int64_t)n * H);
@@ -288,6 +293,8 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0);
     moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0);
     moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0); /* 10 pairs per expert: more than one tile of the grouped path */
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2);  /* the decode kernels with x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2);
     cu_close(&t);
 }
 
@@ -312,6 +319,7 @@ static void check_moe_lean(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1);
     moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1);
     moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3); /* lean, x in the plain layout */
     cu_close(&t);
 }
 

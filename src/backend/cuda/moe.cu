@@ -325,7 +325,7 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0)
         return dr_cuda_check(moe_decode_launch(c->stream, m->down_fmt, n, m->topk, w.slots, w.wsel, w.sg, m->experts,
                                                m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect,
-                                               m->down_lean),
+                                               m->down_lean, c->xt),
                              "MoE decode expert launches", err);
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));

@@ -9,7 +9,12 @@
  * Rows here have no ragged chunk (moe.cu takes this path only when H, I and Is are multiples of 32
  * values: whole chunks in every format), so only the full-chunk code is compiled. `defect` (the
  * contract's planted controls, dr_cuda_moe_plant_defect; 0 in production): 1 reads the up row of the
- * next output, 2 weights each rank with the next rank's routing weight (3: moe_down_lean.cuh). */
+ * next output, 2 weights each rank with the next rank's routing weight (3: moe_down_lean.cuh), 4 (XT)
+ * writes each SwiGLU value into the next chunk's place of the transposed layout.
+ * XT (the context's DRAMA_CUDA_XT, default 1): the gate/up block stages its x row in shared memory in
+ * matvec_kernel.cuh's chunk-transposed layout, and writes each SwiGLU row in that layout (for its
+ * down format's chunk) straight to act, so the down kernels' __ldg reads of act are 32 consecutive
+ * float4s a warp too: no bank conflicts, no extra traffic; the values and sums are unchanged. */
 #ifndef DRAMA_BACKEND_CUDA_MOE_DECODE_CUH
 #define DRAMA_BACKEND_CUDA_MOE_DECODE_CUH
 
@@ -18,8 +23,15 @@
 #define DN_OUT 4    /* outputs per down block: warps 0..3 the routed ranks, 4..7 the shared expert */
 #define DN_G 8      /* routed ranks whose rows are in flight together */
 
-/* warp_row_dot for a row of whole chunks */
-template <int FMT>
+/* values per 16-byte chunk of a format, at run time */
+__device__ __forceinline__ int mv_epc(int fmt) {
+    int e = 0;
+    mv_fmt_switch(fmt, [&](auto F) { e = fmt_traits<decltype(F)::value>::EPC; });
+    return e;
+}
+
+/* warp_row_dot for a row of whole chunks (XT: x in the transposed layout) */
+template <int FMT, bool XT>
 __device__ __forceinline__ float warp_row_dot_full(const mv_job &W, int64_t row, const float *x, int lane) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
     mv_job J = W;
@@ -34,7 +46,7 @@ __device__ __forceinline__ float warp_row_dot_full(const mv_job &W, int64_t row,
             if (base + 32 * k < nch) v[k] = ld_stream(wrow + (base + 32 * k) * 16);
 #pragma unroll
         for (int k = 0; k < UNROLL; k++)
-            if (base + 32 * k < nch) chunk_dot<FMT, 1, false, 0>(J, row, base + 32 * k, v[k], 0, 1, acc);
+            if (base + 32 * k < nch) chunk_dot<FMT, 1, false, 0, false, XT>(J, row, base + 32 * k, v[k], 0, 1, acc);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc[0] += __shfl_xor_sync(0xFFFFFFFFu, acc[0], off);
@@ -42,8 +54,8 @@ __device__ __forceinline__ float warp_row_dot_full(const mv_job &W, int64_t row,
 }
 
 /* Rows ra of A and rb of B (one format and width, whole chunks) dotted with x by one warp, the
- * loads of both rows issued together; each sum is warp_row_dot's. */
-template <int FMT>
+ * loads of both rows issued together; each sum is warp_row_dot's. XT: x staged transposed (shared). */
+template <int FMT, bool XT>
 __device__ __forceinline__ void warp_row_dot2(const mv_job &A, int64_t ra, const mv_job &B, int64_t rb, const float *x,
                                               int lane, float &ya, float &yb) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
@@ -60,8 +72,8 @@ __device__ __forceinline__ void warp_row_dot2(const mv_job &A, int64_t ra, const
 #pragma unroll
         for (int k = 0; k < UNROLL; k++)
             if (base + 32 * k < nch) {
-                chunk_dot<FMT, 1, false, 0>(JA, ra, base + 32 * k, va[k], 0, 1, acc_a);
-                chunk_dot<FMT, 1, false, 0>(JB, rb, base + 32 * k, vb[k], 0, 1, acc_b);
+                chunk_dot<FMT, 1, false, 0, XT, XT>(JA, ra, base + 32 * k, va[k], 0, 1, acc_a);
+                chunk_dot<FMT, 1, false, 0, XT, XT>(JB, rb, base + 32 * k, vb[k], 0, 1, acc_b);
             }
     }
 #pragma unroll
@@ -72,10 +84,13 @@ __device__ __forceinline__ void warp_row_dot2(const mv_job &A, int64_t ra, const
     ya = acc_a[0], yb = acc_b[0];
 }
 
-/* gate_up_kernel's jobs (mode 0), GU2_WARPS outputs per block, gate and up loaded together */
+/* gate_up_kernel's jobs (mode 0), GU2_WARPS outputs per block, gate and up loaded together. XT: x
+ * [H] staged transposed in dynamic shared memory (xt_floats<32>(H) floats), act written transposed. */
+template <bool XT>
 __global__ void __launch_bounds__(GU2_WARPS * 32)
 gate_up_decode_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *experts, moe_expert shared, int64_t I,
                       int64_t Is, int64_t W, int64_t H, const float *x, float *act, int defect) {
+    extern __shared__ float4 gx4[];
     const int lane = threadIdx.x & 31;
     const int64_t jy = blockIdx.y, r = (int64_t)blockIdx.x * GU2_WARPS + (threadIdx.x >> 5);
     const moe_expert *ex = &shared;
@@ -89,18 +104,35 @@ gate_up_decode_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *
         row = jy - n * k;
         width = Is;
     }
-    if (r >= width) return; /* whole warps: the shuffles stay full */
+    if (!XT && r >= width) return; /* whole warps: the shuffles stay full (XT: after the staging) */
     const int64_t ru = ex->up_row0 + r + (defect == 1 && r + 1 < width); /* planted: the next output's up row */
     float g = 0.0f, u = 0.0f;
     mv_fmt_switch(ex->gate.fmt, [&](auto F) {
-        warp_row_dot2<decltype(F)::value>(ex->gate, r, ex->up, ru, x + row * H, lane, g, u);
+        constexpr int FMT = decltype(F)::value;
+        const float *xr = x + row * H;
+        if constexpr (XT) { /* the whole block (one format per block) */
+            constexpr int EPC = fmt_traits<FMT>::EPC;
+            float *xs = reinterpret_cast<float *>(gx4);
+            const int64_t nch = (H + EPC - 1) / EPC;
+            for (int64_t i = threadIdx.x; i < H; i += blockDim.x) xs[xt_at<EPC>(i, nch)] = xr[i];
+            __syncthreads();
+            xr = xs;
+        }
+        if (r < width) warp_row_dot2<FMT, XT>(ex->gate, r, ex->up, ru, xr, lane, g, u);
     });
-    if (lane == 0) act[jy * W + r] = fmul(dsilu(g), u); /* dr_op_swiglu */
+    if (r >= width || lane != 0) return;
+    int64_t at = r; /* XT: where the down kernel's chunk_dot reads element r of the row */
+    if constexpr (XT) {
+        const int epc = mv_epc(ex->down.fmt), e = (int)(r % epc);
+        const int64_t nchw = width / epc, ch = defect == 4 ? (r / epc + 1) % nchw : r / epc; /* planted: a chunk over */
+        at = ((e >> 2) * nchw + ch) * 4 + (e & 3);
+    }
+    act[jy * W + at] = fmul(dsilu(g), u); /* dr_op_swiglu */
 }
 
 /* The routed ranks of output h for row i (format FMT, every routed down weight [H, I]), DN_G rows in
  * flight, each rank's dot times its routing weight added in rank order (dr_op_moe_combine's). */
-template <int FMT>
+template <int FMT, bool XT>
 __device__ __forceinline__ float down_routed(const moe_expert *experts, const int32_t *sl, const float *ws, int k,
                                              int64_t h, int64_t I, const float *act, int64_t W, int lane, int defect) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
@@ -127,7 +159,7 @@ __device__ __forceinline__ float down_routed(const moe_expert *experts, const in
                 if (wr[g]) {
                     mv_job J = *jq[g];
                     J.x = act + (q0 + g) * W;
-                    chunk_dot<FMT, 1, false, 0>(J, h, ch, v[g], 0, 1, acc[g]);
+                    chunk_dot<FMT, 1, false, 0, false, XT>(J, h, ch, v[g], 0, 1, acc[g]);
                 }
         }
 #pragma unroll
@@ -143,7 +175,9 @@ __device__ __forceinline__ float down_routed(const moe_expert *experts, const in
 }
 
 /* Block (outputs h0 .. h0 + DN_OUT - 1, row i): warp w < DN_OUT the routed ranks of output h0 + w,
- * warp DN_OUT + w the shared expert's row of it; then moe_down_kernel's combine and residual add. */
+ * warp DN_OUT + w the shared expert's row of it; then moe_down_kernel's combine and residual add.
+ * XT: act rows in the transposed layout (gate_up_decode_kernel<true> wrote them so). */
+template <bool XT>
 __global__ void __launch_bounds__(2 * DN_OUT * 32)
 moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, const float *wsel, const float *sg,
                        const moe_expert *experts, moe_expert shared, int64_t I, int64_t W, int64_t H, const float *act,
@@ -154,14 +188,14 @@ moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, c
     if (h < H && w < DN_OUT) {
         float o = 0.0f;
         mv_fmt_switch(routed_fmt, [&](auto F) {
-            o = down_routed<decltype(F)::value>(experts, slots + i * k, wsel + i * k, k, h, I, act + i * k * W, W, lane,
+            o = down_routed<decltype(F)::value, XT>(experts, slots + i * k, wsel + i * k, k, h, I, act + i * k * W, W, lane,
                                                 defect);
         });
         if (lane == 0) routed[w] = o;
     } else if (h < H) {
         float y = 0.0f;
         mv_fmt_switch(shared.down.fmt, [&](auto F) {
-            y = warp_row_dot_full<decltype(F)::value>(shared.down, h, act + (n * k + i) * W, lane);
+            y = warp_row_dot_full<decltype(F)::value, XT>(shared.down, h, act + (n * k + i) * W, lane);
         });
         if (lane == 0) shared_y[w - DN_OUT] = y;
     }
@@ -176,28 +210,44 @@ moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, c
 
 #include "backend/cuda/moe_down_lean.cuh"
 
-/* The two expert launches for n <= MOE_DECODE_MAX_N rows; routed_fmt: the routed experts' one down
- * format (moe.cu checked it and the widths); lean: the down kernel at <= 128 registers. */
-static cudaError_t moe_decode_launch(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
-                                     const float *wsel, const float *sg, const moe_expert *experts,
-                                     const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
-                                     const float *x, float *act, float *out, int add, int defect, int lean) {
+/* The two expert launches (x staged as XT says) */
+template <bool XT>
+static cudaError_t moe_decode_launch_xt(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
+                                        const float *wsel, const float *sg, const moe_expert *experts,
+                                        const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
+                                        const float *x, float *act, float *out, int add, int defect, int lean) {
     int64_t wmax = I > Is ? I : Is;
     dim3 g1((unsigned)((wmax + GU2_WARPS - 1) / GU2_WARPS), (unsigned)(n * (k + 1)));
-    gate_up_decode_kernel<<<g1, GU2_WARPS * 32, 0, stream>>>(n, k, slots, experts, shared, I, Is, W, H, x, act, defect);
+    const size_t smem = XT ? (size_t)xt_floats<32>(H) * sizeof(float) : 0;
+    gate_up_decode_kernel<XT><<<g1, GU2_WARPS * 32, smem, stream>>>(n, k, slots, experts, shared, I, Is, W, H, x, act,
+                                                                    defect);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 g2((unsigned)((H + DN_OUT - 1) / DN_OUT), (unsigned)n);
     if (lean && defect == 3)
-        moe_down_lean_kernel<3><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
-                                                                     I, W, H, act, out, add, defect);
+        moe_down_lean_kernel<3, XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
+                                                                         shared, I, W, H, act, out, add, defect);
     else if (lean)
-        moe_down_lean_kernel<0><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
-                                                                     I, W, H, act, out, add, defect);
+        moe_down_lean_kernel<0, XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
+                                                                         shared, I, W, H, act, out, add, defect);
     else
-        moe_down_decode_kernel<<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts, shared,
-                                                                   I, W, H, act, out, add, defect);
+        moe_down_decode_kernel<XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
+                                                                       shared, I, W, H, act, out, add, defect);
     return cudaGetLastError();
+}
+
+/* The two expert launches for n <= MOE_DECODE_MAX_N rows; routed_fmt: the routed experts' one down
+ * format (moe.cu checked it and the widths); lean: the down kernel at <= 128 registers; xt: the
+ * transposed layouts (DRAMA_CUDA_XT; only while x [H] fits 48 KiB of shared memory). */
+static cudaError_t moe_decode_launch(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
+                                     const float *wsel, const float *sg, const moe_expert *experts,
+                                     const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
+                                     const float *x, float *act, float *out, int add, int defect, int lean, int xt) {
+    if (xt && H <= MV1_MAX_COLS)
+        return moe_decode_launch_xt<true>(stream, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H, x,
+                                          act, out, add, defect, lean);
+    return moe_decode_launch_xt<false>(stream, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H, x, act,
+                                       out, add, defect, lean);
 }
 
 #endif

@@ -21,7 +21,7 @@
 
 /* The routed ranks of output h (views sj[0 .. k-1], data NULL for an unused rank), DNL_G rows in
  * flight; down_routed's values. */
-template <int FMT, int DEFECT>
+template <int FMT, int DEFECT, bool XT>
 __device__ __forceinline__ float down_routed_lean(const mv_job *sj, const float *ws, int k, int64_t h, int64_t I,
                                                   int lane, int defect) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
@@ -42,9 +42,9 @@ __device__ __forceinline__ float down_routed_lean(const mv_job *sj, const float 
                     if constexpr (DEFECT == 3) { /* planted: the next rank's SwiGLU row */
                         mv_job J = sj[q0 + g];
                         J.x = sj[(q0 + g + 1) % k].x;
-                        chunk_dot<FMT, 1, false, 0>(J, h, ch, v[g], 0, 1, acc[g]);
+                        chunk_dot<FMT, 1, false, 0, false, XT>(J, h, ch, v[g], 0, 1, acc[g]);
                     } else {
-                        chunk_dot<FMT, 1, false, 0>(sj[q0 + g], h, ch, v[g], 0, 1, acc[g]);
+                        chunk_dot<FMT, 1, false, 0, false, XT>(sj[q0 + g], h, ch, v[g], 0, 1, acc[g]);
                     }
                 }
         }
@@ -60,8 +60,8 @@ __device__ __forceinline__ float down_routed_lean(const mv_job *sj, const float 
     return o;
 }
 
-/* moe_down_decode_kernel's arguments and blocks */
-template <int DEFECT>
+/* moe_down_decode_kernel's arguments and blocks (XT: act rows transposed, as there) */
+template <int DEFECT, bool XT>
 __global__ void __launch_bounds__(2 * DN_OUT * 32, 2)
 moe_down_lean_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, const float *wsel, const float *sg,
                      const moe_expert *experts, moe_expert shared, int64_t I, int64_t W, int64_t H, const float *act,
@@ -81,13 +81,13 @@ moe_down_lean_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, con
     if (h < H && w < DN_OUT) {
         float o = 0.0f;
         mv_fmt_switch(routed_fmt, [&](auto F) {
-            o = down_routed_lean<decltype(F)::value, DEFECT>(sj, wsel + i * k, k, h, I, lane, defect);
+            o = down_routed_lean<decltype(F)::value, DEFECT, XT>(sj, wsel + i * k, k, h, I, lane, defect);
         });
         if (lane == 0) routed[w] = o;
     } else if (h < H) {
         float y = 0.0f;
         mv_fmt_switch(shared.down.fmt, [&](auto F) {
-            y = warp_row_dot_full<decltype(F)::value>(shared.down, h, act + (n * k + i) * W, lane);
+            y = warp_row_dot_full<decltype(F)::value, XT>(shared.down, h, act + (n * k + i) * W, lane);
         });
         if (lane == 0) shared_y[w - DN_OUT] = y;
     }
