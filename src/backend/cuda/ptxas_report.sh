@@ -1,7 +1,8 @@
 #!/bin/bash
 # ptxas_report.sh - compile-time figures of the n = 1 product and MoE down kernels, no GPU needed:
 # registers, spills and static shared memory per kernel (nvcc -Xptxas -v, sm_90, the CMake build's
-# flags) for matvec1_kernel vs matvec_stream_kernel (DRAMA_CUDA_MV1) and moe_down_decode_kernel vs
+# flags) for matvec1_kernel vs matvec_stream_kernel (DRAMA_CUDA_MV1), each with x staged transposed
+# (template argument true, DRAMA_CUDA_XT=1) or plain (false), gate_up_decode_kernel and moe_down_decode_kernel vs
 # moe_down_lean_kernel (DRAMA_CUDA_MOE_DOWN), and the copy instructions of the streamed kernel's PTX
 # (the SASS count needs cuobjdump: device_frame.sh SASS=1). Run from the repository root; about 6 min
 # of CPU (moe.cu and matvec.cu dominate). Usage: src/backend/cuda/ptxas_report.sh [OUT_DIR]
@@ -21,7 +22,7 @@ cat "$O"/matvec.txt "$O"/matvec_stream.txt "$O"/moe.txt | awk '
   /Compiling entry function/ { k = $7; gsub(/[\047]/, "", k) }
   /spill stores/ { sp = $5 "/" $9 }
   /Used [0-9]+ registers/ { s = 0; for (i = 1; i <= NF; i++) if ($(i + 1) == "bytes" && $(i + 2) == "smem") s = $i;
-    if (k ~ /matvec1_kernel|matvec_stream_kernel|moe_down/) printf "%-70s | %s | %s | %s\n", k, $5, sp, s }' | sort
+    if (k ~ /matvec1_kernel|matvec_stream_kernel|moe_down|gate_up_decode/) printf "%-70s | %s | %s | %s\n", k, $5, sp, s }' | sort
 echo "PTX of matvec_stream.cu, per kernel: cp.async 16-byte copies, bulk copies, 128-bit shared loads, 128-bit global loads"
 awk '/^\.visible \.entry/ { k = $3; sub(/\(.*/, "", k) } k != "" {
   if ($0 ~ /cp\.async\.cg\.shared\.global .*, 16;/) a[k]++; if ($0 ~ /cp\.async\.bulk\.shared/) b[k]++;
