@@ -87,7 +87,7 @@ __device__ __forceinline__ void warp_row_dot2(const mv_job &A, int64_t ra, const
 /* gate_up_kernel's jobs (mode 0), GU2_WARPS outputs per block, gate and up loaded together. XT: x
  * [H] staged transposed in dynamic shared memory (xt_floats<32>(H) floats), act written transposed. */
 template <bool XT>
-__global__ void __launch_bounds__(GU2_WARPS * 32)
+__global__ void __launch_bounds__(GU2_WARPS * 32, 2) /* <= 128 registers: two blocks per SM (XT took 142) */
 gate_up_decode_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *experts, moe_expert shared, int64_t I,
                       int64_t Is, int64_t W, int64_t H, const float *x, float *act, int defect) {
     extern __shared__ float4 gx4[];
