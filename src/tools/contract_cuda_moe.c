@@ -219,7 +219,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     float *yg = xm((size_t)(n * H) * 4);
     if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);
     if (dm && k->control == CT_CUDA_MOE_WSEL_NEXT) dr_cuda_moe_plant_defect(dm, 2);
-    if (dm && (lean & 1)) dr_cuda_moe_set_down(dm, 1); /* the down kernel at <= 128 registers */
+    if (dm) dr_cuda_moe_set_down(dm, lean & 1); /* moe.*: the decode down kernel; moe_lean.*: the lean one (the default) */
     if (dm && k->control == CT_CUDA_MOE_XT_NEXT) dr_cuda_moe_plant_defect(dm, 4);
     /* lean & 2: the decode kernels' plain layouts (DRAMA_CUDA_XT=0); the grouped path has none, so its
      * bit-for-bit check below ties both layouts to the same bits */

@@ -57,9 +57,9 @@ void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
  * 4 = (DRAMA_CUDA_XT=1) each SwiGLU value written a chunk over in the transposed layout; 0 = none. */
 struct dr_cuda_moe;
 void dr_cuda_moe_plant_defect(struct dr_cuda_moe *m, int defect);
-/* The few-row down kernel of the MoE layer m from now on: 0 = moe_down_decode_kernel (the default),
- * 1 = its variant at <= 128 registers (moe_down_lean.cuh; out bit for bit the same). dr_cuda_moe_create
- * sets it from DRAMA_CUDA_MOE_DOWN (unset: 0, "lean": 1). With it, planted defect 3 dots a rank's
+/* The few-row down kernel of the MoE layer m from now on: 0 = moe_down_decode_kernel, 1 = its variant
+ * at <= 128 registers (moe_down_lean.cuh; out bit for bit the same; the default). dr_cuda_moe_create
+ * sets it from DRAMA_CUDA_MOE_DOWN (unset: 1, "decode": 0). With it, planted defect 3 dots a rank's
  * chunks with the next rank's SwiGLU row (inside the chunk loop). */
 void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
 

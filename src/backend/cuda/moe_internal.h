@@ -23,7 +23,7 @@ struct dr_cuda_moe {
     int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
     int down_fmt;           /* the routed experts' one down format (gate = up format per expert), -1: mixed */
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
-    int down_lean;          /* 1: the decode down kernel at <= 128 registers (moe_down_lean.cuh, DRAMA_CUDA_MOE_DOWN) */
+    int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */
 };
 
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
