@@ -5,11 +5,14 @@
  * the warps split K in pairs of 32-column chunks (pair p to warp p mod 8) and each weight element
  * is read once for up to 64 rows of x (more rows: further passes over the same 16 rows, from L2).
  *
- * Precision: BF16 x BF16 products are exact in fp32, so x is split as hi = bf16(x) and lo =
- * bf16(x - hi) (|x - hi - lo| <= 2^-18 |x|) and both meet W in mma.sync m16n8k16 with fp32
- * accumulation; the 8 warps' partial sums are added in warp order (deterministic, independent of
- * n and of the other rows). The bound (docs/cuda.md "Prefill"): |y - exact| <= (2^-17 + (K/3 + 16)
- * 2^-23) sum |w x| (each mma step truncating at most 17 addends by an ulp of the partial sum).
+ * Precision: BF16 x BF16 products are exact in fp32, so x is split in three BF16 terms, hi =
+ * bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid) (3 x 8 bits cover fp32's 24: x exactly, both
+ * differences exact, for |x| >= 2^-100), and each k-step's three mma (lo, mid, hi: the small terms
+ * first) go into a FRESH zero accumulator that is then added to the thread's running sum with an
+ * IEEE fp32 add: the mma's truncating accumulation so only ever sees one k-step's 16 columns, never
+ * the running sum. The 8 warps' partial sums are added in warp order (deterministic, independent of
+ * n and of the other rows). The bound (docs/cuda.md "Prefill"): |y - exact| <= (19 2^-23 + (K/128 +
+ * 8) 2^-24) sum |w x| (+ 2^-133 sum |w| over |x| < 2^-100, where lo underflows).
  *
  * Fragment layout: the dot product does not depend on the order of k, so thread (g = lane / 4,
  * c = lane % 4) loads the 16 contiguous bytes of columns [8c, 8c + 8) of its two weight rows (g,
@@ -35,16 +38,19 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 
 __device__ __forceinline__ unsigned bf2_bits(__nv_bfloat162 v) { return *reinterpret_cast<unsigned *>(&v); }
 
-/* (a, b) -> hi and lo pairs, low half = a; an infinite x keeps lo = 0 (x - hi would be NaN) */
+/* (a, b) -> hi, mid and lo pairs, low half = a; an infinite x keeps mid = lo = 0 (x - hi would be NaN) */
 template <int DEFECT>
-__device__ __forceinline__ void split2(float a, float b, unsigned &h, unsigned &l) {
+__device__ __forceinline__ void split3(float a, float b, unsigned &h, unsigned &m, unsigned &l) {
     __nv_bfloat162 hh = __floats2bfloat162_rn(a, b);
-    float ra = __fsub_rn(a, __low2float(hh)), rb = __fsub_rn(b, __high2float(hh));
+    float ra = __fsub_rn(a, __low2float(hh)), rb = __fsub_rn(b, __high2float(hh)); /* exact */
     if (!isfinite(ra)) ra = 0.0f;
     if (!isfinite(rb)) rb = 0.0f;
-    if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_NO_LO) ra = rb = 0.0f; /* planted: x as one BF16 */
+    __nv_bfloat162 mm = __floats2bfloat162_rn(ra, rb);
+    float sa = __fsub_rn(ra, __low2float(mm)), sb = __fsub_rn(rb, __high2float(mm)); /* exact, <= 8 bits */
+    if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_NO_LO) sa = sb = 0.0f; /* planted: the third term dropped */
     h = bf2_bits(hh);
-    l = bf2_bits(__floats2bfloat162_rn(ra, rb));
+    m = bf2_bits(mm);
+    l = bf2_bits(__floats2bfloat162_rn(sa, sb));
 }
 
 template <int NTL, int DEFECT>
@@ -101,13 +107,23 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
 #pragma unroll
                         for (int e = 0; e < 8; e++) xv[e] = 0.0f; /* K % 8 == 0: a chunk is all in or all out */
                     }
-                    unsigned h[4], l[4];
+                    unsigned h[4], m[4], l[4];
 #pragma unroll
-                    for (int e = 0; e < 4; e++) split2<DEFECT>(xv[2 * e], xv[2 * e + 1], h[e], l[e]);
-                    mma_bf16(acc[t], Au.x, Bu.x, Au.y, Bu.y, h[0], h[1]);
-                    mma_bf16(acc[t], Au.x, Bu.x, Au.y, Bu.y, l[0], l[1]);
-                    mma_bf16(acc[t], Au.z, Bu.z, Au.w, Bu.w, h[2], h[3]);
-                    mma_bf16(acc[t], Au.z, Bu.z, Au.w, Bu.w, l[2], l[3]);
+                    for (int e = 0; e < 4; e++) split3<DEFECT>(xv[2 * e], xv[2 * e + 1], h[e], m[e], l[e]);
+#pragma unroll
+                    for (int q = 0; q < 2; q++) { /* the chunk's two k-steps: columns 8c..8c+3, then 8c+4..8c+7 */
+                        const unsigned a0 = q ? Au.z : Au.x, a2 = q ? Au.w : Au.y, b0 = q ? Bu.z : Bu.x,
+                                       b2 = q ? Bu.w : Bu.y;
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* fresh: the truncation sees this k-step only */
+                        if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_CHAIN) /* planted: the running sum in the mma */
+                            d[0] = acc[t][0], d[1] = acc[t][1], d[2] = acc[t][2], d[3] = acc[t][3];
+                        mma_bf16(d, a0, b0, a2, b2, l[2 * q], l[2 * q + 1]);
+                        mma_bf16(d, a0, b0, a2, b2, m[2 * q], m[2 * q + 1]);
+                        mma_bf16(d, a0, b0, a2, b2, h[2 * q], h[2 * q + 1]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[t][e] = DEFECT == DR_CUDA_GEMM_DEFECT_CHAIN ? d[e] : __fadd_rn(acc[t][e], d[e]);
+                    }
                 }
             }
 #pragma unroll
@@ -178,6 +194,7 @@ extern "C" drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, 
         if (bp->count && (bp->count == DR_CUDA_MAX_BATCH || i == count)) {
             if (defect == DR_CUDA_GEMM_DEFECT_NO_LO) launch<DR_CUDA_GEMM_DEFECT_NO_LO>(bp, c->stream);
             else if (defect == DR_CUDA_GEMM_DEFECT_SWAP_K) launch<DR_CUDA_GEMM_DEFECT_SWAP_K>(bp, c->stream);
+            else if (defect == DR_CUDA_GEMM_DEFECT_CHAIN) launch<DR_CUDA_GEMM_DEFECT_CHAIN>(bp, c->stream);
             else launch<DR_CUDA_GEMM_EXACT>(bp, c->stream);
             st = dr_cuda_check(cudaGetLastError(), "tensor-core product launch", err);
             memset(bp, 0, sizeof *bp);

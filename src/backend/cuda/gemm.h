@@ -17,16 +17,18 @@ extern "C" {
 
 typedef enum dr_cuda_gemm_defect {
     DR_CUDA_GEMM_EXACT = 0,
-    DR_CUDA_GEMM_DEFECT_NO_LO,     /* planted: x rounded to BF16 once (the low part of the split dropped) */
+    DR_CUDA_GEMM_DEFECT_NO_LO,     /* planted: the third BF16 term of x's split (lo) dropped */
     DR_CUDA_GEMM_DEFECT_SWAP_K,    /* planted: the weight's two k-steps of a 32-column chunk swapped */
+    DR_CUDA_GEMM_DEFECT_CHAIN,     /* planted: the running sum kept in the mma's accumulator (no fresh one per k-step) */
     DR_CUDA_GEMM_DEFECT_COUNT
 } dr_cuda_gemm_defect;
 
 /* 1 when job j can take the tensor-core path: BF16 weight, cols a multiple of 8, x 16-byte aligned. */
 int dr_cuda_gemm_ok(const dr_cuda_job *j);
 /* The jobs' products (each dr_cuda_gemm_ok), one launch per DR_CUDA_MAX_BATCH jobs: y (+)= x W^T as
- * dr_cuda_matmul_batch's job fields say (rows, y_ld, add, y2). x is split as hi + lo BF16 (x - hi
- * rounded), both met with the weight in mma.sync m16n8k16 with fp32 accumulation. Queued. */
+ * dr_cuda_matmul_batch's job fields say (rows, y_ld, add, y2). x is split as hi + mid + lo BF16 (x
+ * exactly), each k-step's three mma.sync m16n8k16 into a fresh fp32 accumulator added to a running
+ * sum with IEEE adds. Queued. */
 drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect, drama_error *err);
 
 #ifdef __cplusplus
