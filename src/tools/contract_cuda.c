@@ -372,7 +372,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_codec_kernels(out + n, max - n);
     n += ct_cuda_gemm_kernels(out + n, max - n);
     n += ct_cuda_norm_kernels(out + n, max - n);
-    n += ct_cuda_stream_kernels(out + n, max - n);
+    n += ct_cuda_xt_kernels(out + n, max - n);
     n += ct_cuda_moe_lean_kernels(out + n, max - n);
     return n;
 }
@@ -398,7 +398,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_codec_controls(out + n, max - n);
     n += ct_cuda_gemm_controls(out + n, max - n);
     n += ct_cuda_norm_controls(out + n, max - n);
-    n += ct_cuda_stream_controls(out + n, max - n);
+    n += ct_cuda_xt_controls(out + n, max - n);
     n += ct_cuda_moe_lean_controls(out + n, max - n);
     return n;
 }

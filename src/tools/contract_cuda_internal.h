@@ -64,10 +64,10 @@ int ct_cuda_codec_kernels(ct_kernel *out, int max); /* contract_cuda_codec.c */
 int ct_cuda_codec_controls(ct_kernel *out, int max);
 int ct_cuda_norm_kernels(ct_kernel *out, int max); /* contract_cuda_norm.c: the norm-fused product */
 int ct_cuda_norm_controls(ct_kernel *out, int max);
-/* contract_cuda_stream.c: the streamed n = 1 product (DRAMA_CUDA_MV1); contract_cuda_moe.c: the MoE
- * down kernel at <= 128 registers (DRAMA_CUDA_MOE_DOWN). Neither has run on a GPU yet. */
-int ct_cuda_stream_kernels(ct_kernel *out, int max);
-int ct_cuda_stream_controls(ct_kernel *out, int max);
+/* contract_cuda_xt.c: the n = 1 product with x staged plain (DRAMA_CUDA_XT=0); contract_cuda_moe.c:
+ * the MoE down kernel at <= 128 registers (DRAMA_CUDA_MOE_DOWN). */
+int ct_cuda_xt_kernels(ct_kernel *out, int max);
+int ct_cuda_xt_controls(ct_kernel *out, int max);
 int ct_cuda_moe_lean_kernels(ct_kernel *out, int max);
 int ct_cuda_moe_lean_controls(ct_kernel *out, int max);
 /* the matmul.* entries' stated time limit for format f (contract_cuda.c) */

@@ -71,26 +71,10 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
         free(c);
         return cuda_fail(err, e, "cudaStreamCreate");
     }
-    /* DRAMA_CUDA_MV1=async|bulk: the streamed n = 1 product (not yet measured; default off) */
-    const char *mv1 = getenv("DRAMA_CUDA_MV1");
-    int mode = mv1 && !strcmp(mv1, "async") ? MVS_ASYNC : mv1 && !strcmp(mv1, "bulk") ? MVS_BULK : MV1_REGISTERS;
-    drama_status st = mode ? dr_cuda_set_mv1(c, mode, err) : DRAMA_OK;
     /* DRAMA_CUDA_XT=0: the n = 1 kernels stage x in the plain layout (to compare; default transposed) */
     const char *xt = getenv("DRAMA_CUDA_XT");
     c->xt = !(xt && !strcmp(xt, "0"));
-    if (st) {
-        dr_cuda_close(c);
-        return st;
-    }
     *out = c;
-    return DRAMA_OK;
-}
-
-extern "C" drama_status dr_cuda_set_mv1(dr_cuda *c, int mode, drama_error *err) {
-    if (!c || mode < MV1_REGISTERS || mode > MVS_BULK) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_mv1: bad argument");
-    cudaError_t e = mode ? dr_cuda_mvs_init() : cudaSuccess;
-    if (e != cudaSuccess) return cuda_fail(err, e, "streamed matvec shared memory");
-    c->mv1 = mode;
     return DRAMA_OK;
 }
 
@@ -374,14 +358,8 @@ mv_job dr_cuda_weight_view(const dr_cuda_weight *w) {
     return j;
 }
 
-/* The kernel of a launch: the streamed n = 1 product when the context asks for it and b fits (with
- * its own planted defect only), else matvec.cu's. */
+/* The kernel of a launch: matvec.cu's, or its planted defect (cuda_contract.h). */
 static cudaError_t launch(dr_cuda *c, int fmt, int defect, const mv_batch *b) {
-    if (c->mv1 && dr_cuda_mvs_fits(b) && (!defect || defect == DR_CUDA_DEFECT_RING_SLOT)) {
-        if (!defect) return dr_cuda_launch_matvec_stream(fmt, c->mv1, b, c->stream);
-        cudaError_t e = dr_cuda_mvs_defect_init();
-        return e == cudaSuccess ? dr_cuda_launch_matvec_stream_defect(fmt, c->mv1, defect, b, c->stream) : e;
-    }
     return defect ? dr_cuda_launch_matvec_defect(fmt, defect, b, c->stream) : dr_cuda_launch_matvec(fmt, b, c->stream);
 }
 

@@ -21,7 +21,6 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_SHUFFLE_LEVEL,     /* F16: the shuffle tree stops one level early (odd lanes lost) */
     DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
     DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
-    DR_CUDA_DEFECT_RING_SLOT,         /* streamed n = 1 product, BF16 / NVFP4: the ring slot after the one waited for */
     DR_CUDA_DEFECT_XT_SHIFT,          /* n = 1, BF16, transposed staging: each chunk dotted with the next chunk's x */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
@@ -32,13 +31,7 @@ typedef enum dr_cuda_defect {
 drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, int count, int defect,
                                          drama_error *err);
 
-/* The n = 1 products of context c from now on: 0 = matvec1_kernel (the default), 1 = the weight rows
- * streamed through shared memory by cp.async, 2 = by bulk copies (matvec_stream.cuh; y bit for bit the
- * same). dr_cuda_open sets it from DRAMA_CUDA_MV1 (unset: 0, "async": 1, "bulk": 2). Call it
- * outside a capture: it opts the kernels into their shared memory. */
-drama_status dr_cuda_set_mv1(dr_cuda *c, int mode, drama_error *err);
-
-/* How the n = 1 kernels (matvec1_kernel, the streamed variant) stage x in shared memory from now on:
+/* How the n = 1 kernel (matvec1_kernel) stages x in shared memory from now on:
  * 1 = chunk-transposed (the default: no bank conflicts), 0 = plain (y bit for bit the same).
  * dr_cuda_open sets it from DRAMA_CUDA_XT ("0": 0, else 1). */
 drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err);

@@ -14,14 +14,9 @@ enum mv_fmt { MV_F32, MV_F16, MV_BF16, MV_FP8_BLOCK, MV_FP8_TENSOR, MV_NVFP4, MV
 /* Scale element types on the device. */
 enum mv_sdt { MV_S_F32 = 0, MV_S_BF16 = 1, MV_S_F16 = 2 };
 
-/* The n = 1 product's kernel (DRAMA_CUDA_MV1, dr_cuda_set_mv1): matvec1_kernel, or its variant with
- * the weight rows streamed through shared memory (matvec_stream.cuh) by cp.async or bulk copies. */
-enum mv1_mode { MV1_REGISTERS = 0, MVS_ASYNC = 1, MVS_BULK = 2 };
-
 struct dr_cuda {
     dr_cuda_info info;
     cudaStream_t stream;
-    int mv1; /* mv1_mode */
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
 };
 
@@ -87,14 +82,5 @@ cudaError_t dr_cuda_launch_matvec(int fmt, const mv_batch *b, cudaStream_t strea
 /* The same with a planted defect (cuda_contract.h; matvec_defect.cu); cudaErrorInvalidValue for a
  * defect not compiled for fmt. */
 cudaError_t dr_cuda_launch_matvec_defect(int fmt, int defect, const mv_batch *b, cudaStream_t stream);
-
-/* The streamed n = 1 product (matvec_stream.cu): whether b fits it (n <= 1, cols <= MV1_MAX_COLS),
- * the launch in mode MVS_ASYNC / MVS_BULK, and the opt-in to its shared memory (once per process,
- * before any capture). The _defect pair: the contract's planted defect (matvec_stream_defect.cu). */
-int dr_cuda_mvs_fits(const mv_batch *b);
-cudaError_t dr_cuda_launch_matvec_stream(int fmt, int mode, const mv_batch *b, cudaStream_t stream);
-cudaError_t dr_cuda_mvs_init(void);
-cudaError_t dr_cuda_launch_matvec_stream_defect(int fmt, int mode, int defect, const mv_batch *b, cudaStream_t stream);
-cudaError_t dr_cuda_mvs_defect_init(void);
 
 #endif

@@ -12,12 +12,12 @@
 # VAR=value[,VAR=value...]; `drama bench frame` runs once more per entry, and (with $SWPARITY=1) the
 # backbone's logits / hidden and 16 seeded frames' codes with all of them on must equal the default
 # run's byte for byte (the variants are bit-identical by design). With $SWITCHES, $CONTRACT also
-# times the n = 1 products (`contract --only 'cuda/matmul*'`) and `bench_cuda_matmul` runs per
-# DRAMA_CUDA_MV1 value (and with DRAMA_CUDA_XT=0 among $SWITCHES, once more with it); $SASS=1 counts
-# the n = 1 and MoE decode kernels' copy and load instructions (cuobjdump).
+# times the n = 1 products (`contract --only 'cuda/matmul*'`) and `bench_cuda_matmul` runs (and
+# with DRAMA_CUDA_XT=0 among $SWITCHES, once more with it); $SASS=1 counts the n = 1 and MoE decode
+# kernels' load instructions (cuobjdump).
 # Usage: FORMATS="fp8 nvfp4" PARITY=nvfp4 CONTRACT=1 src/backend/cuda/device_frame.sh [DIR]
 # The switches in one call (< 300 s): CONTRACT=1 SASS=1 FORMATS=fp8 FRAMES=64 SWPARITY=1
-#   SWITCHES="DRAMA_CUDA_MV1=async DRAMA_CUDA_MV1=bulk DRAMA_CUDA_MOE_DOWN=lean" src/backend/cuda/device_frame.sh DIR
+#   SWITCHES="DRAMA_CUDA_MOE_DOWN=lean" src/backend/cuda/device_frame.sh DIR
 # The activation layout (DRAMA_CUDA_XT, default 1 = chunk-transposed) against the old one:
 #   CONTRACT=1 SASS=1 FORMATS="fp8 nvfp4" FRAMES=64 SWPARITY=1 SWITCHES="DRAMA_CUDA_XT=0" src/backend/cuda/device_frame.sh DIR
 set -u
@@ -35,13 +35,12 @@ if [ -n "${CONTRACT:-}" ]; then
     echo "contract rc=$?"
     grep -E "^(SUMMARY|FAIL|MISSED|NOT RUN)" $L/contract.txt | head -20
     grep -E "us|ms" $L/contract.txt | grep -iE "sample|time" | head -8
-    if [ -n "${SWITCHES:-}" ]; then # the n = 1 products timed: default vs streamed, [2048, 2048]
+    if [ -n "${SWITCHES:-}" ]; then # the n = 1 products timed, [2048, 2048]
         /tmp/drama-dev contract --only 'cuda/matmul*' >$L/contract-mm.txt 2>&1
         grep -oE "^(PASS|FAIL) +matmul[a-z_]*\.[a-z0-9_]+|time=[0-9.]+ms" $L/contract-mm.txt | paste - - | column -t
-        for v in "" async bulk; do # n = 1 products on the model's shapes, weights beyond the L2
-            [ -x "$D/bench_cuda_matmul" ] && DRAMA_CUDA_MV1=$v "${PREFIX[@]}" "$D/bench_cuda_matmul" 9 \
-                >$L/bench-mm-${v:-default}.txt 2>&1 && { echo "-- bench_cuda_matmul, DRAMA_CUDA_MV1=${v:-unset}"; cat $L/bench-mm-${v:-default}.txt; }
-        done
+        # n = 1 products on the model's shapes, weights beyond the L2
+        [ -x "$D/bench_cuda_matmul" ] && "${PREFIX[@]}" "$D/bench_cuda_matmul" 9 >$L/bench-mm-default.txt 2>&1 &&
+            { echo "-- bench_cuda_matmul"; cat $L/bench-mm-default.txt; }
         if [[ "$SWITCHES" == *DRAMA_CUDA_XT=0* ]] && [ -x "$D/bench_cuda_matmul" ]; then # x staged plain (default: transposed)
             DRAMA_CUDA_XT=0 "${PREFIX[@]}" "$D/bench_cuda_matmul" 9 >$L/bench-mm-xt0.txt 2>&1 &&
                 { echo "-- bench_cuda_matmul, DRAMA_CUDA_XT=0"; cat $L/bench-mm-xt0.txt; }
@@ -50,11 +49,11 @@ if [ -n "${CONTRACT:-}" ]; then
     save
 fi
 if [ -n "${SASS:-}" ] && ! command -v cuobjdump >/dev/null; then echo "SASS: no cuobjdump on this machine"; fi
-if [ -n "${SASS:-}" ] && command -v cuobjdump >/dev/null; then # the streamed kernels' loads: LDGSTS, UBLKCP, LDS.128
-    cuobjdump -sass "$D/drama" 2>/dev/null | awk '/Function : /{f=$3} f ~ /matvec_stream_kernel|matvec1_kernel|moe_down|gate_up_decode/ {
-        if ($0 ~ /LDGSTS/) a[f]++; if ($0 ~ /UBLKCP/) u[f]++; if ($0 ~ /LDS\.128/) l[f]++; if ($0 ~ /LDG\.E\.128/) g[f]++; n[f]=1 }
-        END { for (f in n) printf "%-60s LDGSTS %d UBLKCP %d LDS.128 %d LDG.E.128 %d\n", f, a[f], u[f], l[f], g[f] }' | sort | tee $L/sass.txt
-    cuobjdump -res-usage "$D/drama" 2>/dev/null | grep -A1 -E "matvec1?_?(stream_)?kernel|moe_down|gate_up_decode" | grep -oE "Function [^:]+|REG:[0-9]+|SHARED:[0-9]+" |
+if [ -n "${SASS:-}" ] && command -v cuobjdump >/dev/null; then # the kernels' loads: LDS.128, LDG.E.128
+    cuobjdump -sass "$D/drama" 2>/dev/null | awk '/Function : /{f=$3} f ~ /matvec1_kernel|moe_down|gate_up_decode/ {
+        if ($0 ~ /LDS\.128/) l[f]++; if ($0 ~ /LDG\.E\.128/) g[f]++; n[f]=1 }
+        END { for (f in n) printf "%-60s LDS.128 %d LDG.E.128 %d\n", f, l[f], g[f] }' | sort | tee $L/sass.txt
+    cuobjdump -res-usage "$D/drama" 2>/dev/null | grep -A1 -E "matvec1?_?kernel|moe_down|gate_up_decode" | grep -oE "Function [^:]+|REG:[0-9]+|SHARED:[0-9]+" |
         paste - - - | tee $L/regs.txt
     save
 fi

@@ -1,31 +1,22 @@
 #!/bin/bash
 # ptxas_report.sh - compile-time figures of the n = 1 product and MoE down kernels, no GPU needed:
 # registers, spills and static shared memory per kernel (nvcc -Xptxas -v, sm_90, the CMake build's
-# flags) for matvec1_kernel vs matvec_stream_kernel (DRAMA_CUDA_MV1), each with x staged transposed
-# (template argument true, DRAMA_CUDA_XT=1) or plain (false), gate_up_decode_kernel and moe_down_decode_kernel vs
-# moe_down_lean_kernel (DRAMA_CUDA_MOE_DOWN), and the copy instructions of the streamed kernel's PTX
-# (the SASS count needs cuobjdump: device_frame.sh SASS=1). Run from the repository root; about 6 min
-# of CPU (moe.cu and matvec.cu dominate). Usage: src/backend/cuda/ptxas_report.sh [OUT_DIR]
+# flags) for matvec1_kernel with x staged transposed (template argument true, DRAMA_CUDA_XT=1) or
+# plain (false), gate_up_decode_kernel and moe_down_decode_kernel vs moe_down_lean_kernel
+# (DRAMA_CUDA_MOE_DOWN) (the SASS counts need cuobjdump: device_frame.sh SASS=1). Run from the
+# repository root; about 6 min of CPU (moe.cu and matvec.cu dominate). Usage: src/backend/cuda/ptxas_report.sh [OUT_DIR]
 set -euo pipefail
 O=${1:-/tmp/ptxas-report}
 mkdir -p "$O"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 F=(-O2 -g -DNDEBUG -D_GNU_SOURCE "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -std=c++17 -Iinclude -Isrc)
-for f in matvec matvec_stream moe; do
+for f in matvec moe; do
   "$NVCC" "${F[@]}" -Xptxas -v -c "src/backend/cuda/$f.cu" -o "$O/$f.o" >"$O/$f.txt" 2>&1 &
 done
-"$NVCC" -O2 -DNDEBUG -D_GNU_SOURCE -arch=sm_90 -std=c++17 -Iinclude -Isrc -ptx src/backend/cuda/matvec_stream.cu \
-  -o "$O/matvec_stream.ptx"
 wait
-echo "kernel (FMT: 0 f32 1 f16 2 bf16 3 fp8_block 4 fp8_tensor 5 nvfp4 6 affine4 7 affine8; COPY: 1 async 2 bulk) | registers | spill stores/loads | static smem"
-cat "$O"/matvec.txt "$O"/matvec_stream.txt "$O"/moe.txt | awk '
+echo "kernel (FMT: 0 f32 1 f16 2 bf16 3 fp8_block 4 fp8_tensor 5 nvfp4 6 affine4 7 affine8) | registers | spill stores/loads | static smem"
+cat "$O"/matvec.txt "$O"/moe.txt | awk '
   /Compiling entry function/ { k = $7; gsub(/[\047]/, "", k) }
   /spill stores/ { sp = $5 "/" $9 }
   /Used [0-9]+ registers/ { s = 0; for (i = 1; i <= NF; i++) if ($(i + 1) == "bytes" && $(i + 2) == "smem") s = $i;
-    if (k ~ /matvec1_kernel|matvec_stream_kernel|moe_down|gate_up_decode/) printf "%-70s | %s | %s | %s\n", k, $5, sp, s }' | sort
-echo "PTX of matvec_stream.cu, per kernel: cp.async 16-byte copies, bulk copies, 128-bit shared loads, 128-bit global loads"
-awk '/^\.visible \.entry/ { k = $3; sub(/\(.*/, "", k) } k != "" {
-  if ($0 ~ /cp\.async\.cg\.shared\.global .*, 16;/) a[k]++; if ($0 ~ /cp\.async\.bulk\.shared/) b[k]++;
-  if ($0 ~ /ld\.shared\.v4\./) l[k]++; if ($0 ~ /ld\.global(\.nc)?(\.L1::no_allocate)?\.v4/) g[k]++; n[k] = 1 }
-  END { for (k in n) printf "%-50s cp.async16 %d bulk %d ld.shared.v4 %d ld.global.v4 %d\n", k, a[k], b[k], l[k], g[k] }' \
-  "$O/matvec_stream.ptx" | sort
+    if (k ~ /matvec1_kernel|moe_down|gate_up_decode/) printf "%-70s | %s | %s | %s\n", k, $5, sp, s }' | sort

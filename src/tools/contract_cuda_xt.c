@@ -1,18 +1,13 @@
-/* contract_cuda_stream.c - `drama contract` entries for the streamed n = 1 product
- * (backend/cuda/matvec_stream.cuh, DRAMA_CUDA_MV1): `matmul_async.<fmt>` (cp.async) and
- * `matmul_bulk.<fmt>` (bulk copies) for every stored format of the matmul entries. Cases: every
- * matmul fixture (contract_matmul.c: ragged shapes x kinds and the fp16-discriminating one), each
- * activation row as its own n = 1 job of one batch; rows long enough to wrap the ring of slots many
- * times (up to MV1_MAX_COLS columns, a ragged last chunk), dead warps, a row range, a batch over two
- * weights, the fused residual add and second store; all against the float64 reference, and each
- * also bit for bit against the default n = 1 kernel (matvec1_kernel) on the same inputs, as is the
- * fused norm's case (its float64 check is matmul_norm.*'s: the staging is the same function). The
- * planted control reads the ring slot after the one it waited for (inside the segment loop).
- * The same cases with x staged in the plain layout (DRAMA_CUDA_XT=0; the default is chunk-transposed):
- * `matmul_xt0.<fmt>` (matvec1_kernel), `matmul_async_xt0.<fmt>`, `matmul_bulk_xt0.<fmt>`, each also
- * bit for bit against the default kernel with the default layout; the transposed layout's control
- * (`matmul_xt.bf16`) dots each chunk with the next chunk's x (inside the new indexing).
- * docs/contract.md "CUDA entries"; these entries have not yet run on a GPU. */
+/* contract_cuda_xt.c - `drama contract` entries for the n = 1 product (matvec1_kernel) with x staged
+ * in the plain layout (DRAMA_CUDA_XT=0; the default is chunk-transposed): `matmul_xt0.<fmt>` for every
+ * stored format of the matmul entries. Cases: every matmul fixture (contract_matmul.c: ragged shapes
+ * x kinds and the fp16-discriminating one), each activation row as its own n = 1 job of one batch;
+ * rows of up to MV1_MAX_COLS columns (a ragged last chunk), dead warps, a row range, a batch over two
+ * weights, the fused residual add and second store; all against the float64 reference, and each also
+ * bit for bit against the default kernel with the default layout on the same inputs, as is the fused
+ * norm's case (its float64 check is matmul_norm.*'s: the staging is the same function). The
+ * transposed layout's control (`matmul_xt.bf16`) dots each chunk with the next chunk's x (inside the
+ * new indexing). docs/contract.md "CUDA entries". */
 #include "tools/contract_cuda_internal.h"
 
 #ifdef DRAMA_HAVE_CUDA
@@ -24,29 +19,26 @@
 #include "backend/cuda/cuda_contract.h"
 
 #define CUDA_CHAIN 8  /* contract_cuda.c's: (K + 8) u sum |x| m */
-#define MAX_COLS 12288 /* the variant's widest row (MV1_MAX_COLS) */
+#define MAX_COLS 12288 /* matvec1_kernel's widest row (MV1_MAX_COLS) */
 
-/* mode: the n = 1 kernel (dr_cuda_set_mv1) and the staging of x (dr_cuda_set_xt); 0 = the defaults */
-#define NMODE 7
-static const char *const mode_name[NMODE] = {"", "async", "bulk", "xt0", "async_xt0", "bulk_xt0", "xt"};
-static const int mode_mv1[NMODE] = {0, 1, 2, 0, 1, 2, 0}, mode_xt[NMODE] = {1, 1, 1, 0, 0, 0, 1};
+/* mode: the staging of x (dr_cuda_set_xt); 0 = the default */
+#define NMODE 3
+static const char *const mode_name[NMODE] = {"", "xt0", "xt"};
+static const int mode_xt[NMODE] = {1, 0, 1};
 static char names[NMODE][CT_F_COUNT][40];
 
 static void make_names(void) {
     for (int mode = 1; mode < NMODE; mode++)
-        for (int f = 0; f < CT_F_COUNT; f++) /* "matmul.bf16" -> "matmul_async.bf16" */
+        for (int f = 0; f < CT_F_COUNT; f++) /* "matmul.bf16" -> "matmul_xt0.bf16" */
             snprintf(names[mode][f], sizeof names[mode][f], "matmul_%s.%s", mode_name[mode], ct_matmul_names[f] + 7);
 }
 
-static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 7; }
+static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 3; }
 
-static drama_status set_mode(cu_t *t, int mode) {
-    drama_status st = dr_cuda_set_mv1(t->c, mode_mv1[mode], &t->err);
-    return st ? st : dr_cuda_set_xt(t->c, mode_xt[mode], &t->err);
-}
+static drama_status set_mode(cu_t *t, int mode) { return dr_cuda_set_xt(t->c, mode_xt[mode], &t->err); }
 
-/* The products of `jobs` on the variant (or its planted defect) with mode 1 .. NMODE-1, or on the
- * default kernel and layout with mode 0. */
+/* The products of `jobs` in mode 1 .. NMODE-1 (with the entry's planted defect, if any), or with the
+ * default layout in mode 0. */
 static drama_status run(const ct_kernel *k, cu_t *t, int mode, const dr_cuda_job *jobs, int count) {
     if (t->failed) return DRAMA_EINTERNAL;
     drama_status st = set_mode(t, mode);
@@ -93,10 +85,10 @@ static void same_bits(ct_result *res, const char *name, const float *out, const 
     free(r), free(z);
 }
 
-/* The variant's structure: fixture a [37, long] (ragged last chunk for the 1-byte-granule formats; 2
- * of the 5 blocks' warps dead in the last block), fixture b [130, 1000]; one batch of jobs: a
- * whole, b whole, a rows [3, 30), b with add, a with the second store; then a fused norm on b. Each
- * launch runs on the variant and on the default kernel from the same poisoned / prefilled buffers. */
+/* The structure: fixture a [37, long] (ragged last chunk for the 1-byte-granule formats; warps dead
+ * in the last block), fixture b [130, 1000]; one batch of jobs: a whole, b whole, a rows [3, 30), b
+ * with add, a with the second store; then a fused norm on b. Each launch runs in the entry's mode and
+ * in the default one from the same poisoned / prefilled buffers. */
 static void structure(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *seed) {
     const int f = k->variant & 0xFF, mode = mode_of(k);
     ct_mm_fixture a, b;
@@ -116,7 +108,7 @@ static void structure(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *see
     for (int64_t i = 0; i < b.rows; i++) y0[ys[3] + i] = (float)ct_rand_normal(seed); /* add: a residual */
     for (int64_t i = 0; i < a.rows; i++) y20[i] = (float)ct_rand_normal(seed);
     int ok = 1;
-    for (int pass = 0; pass < 2 && ok; pass++) { /* 0: the variant, 1: the default kernel */
+    for (int pass = 0; pass < 2 && ok; pass++) { /* 0: the entry's mode, 1: the default */
         dr_cuda_weight *wa = cu_weight(t, &a.t.w), *wb = cu_weight(t, &b.t.w);
         float *xa = cu_put(t, a.x, (size_t)a.cols * 4), *xb = cu_put(t, b.x, (size_t)b.cols * 4);
         float *dy = cu_put(t, y0, (size_t)ys[NJ] * 4), *dy2 = cu_put(t, y20, (size_t)a.rows * 4);
@@ -155,7 +147,7 @@ static void structure(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *see
         same_bits(res, "batch == the default n = 1 kernel (bit for bit)", yv, yd, ys[NJ]);
         same_bits(res, "y2 == the default n = 1 kernel's (bit for bit)", y2v, y2d, a.rows);
     }
-    /* the fused norm (dr_cuda_job.norm) on b: y and the normed x, variant == default bit for bit */
+    /* the fused norm (dr_cuda_job.norm) on b: y and the normed x, the entry's == default bit for bit */
     float *nw = malloc((size_t)b.cols * 4), *yn[2], *xn[2];
     for (int pass = 0; pass < 2; pass++) yn[pass] = malloc((size_t)b.rows * 4), xn[pass] = malloc((size_t)b.cols * 4);
     for (int64_t i = 0; i < b.cols; i++) nw[i] = (float)(1.0 + 0.1 * ct_rand_normal(seed));
@@ -229,26 +221,22 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *k_precision =
-    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), weights via shared memory or registers, x "
-    "staged transposed or plain; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
+    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), x staged transposed or plain; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
 
-int ct_cuda_stream_kernels(ct_kernel *out, int max) {
+int ct_cuda_xt_kernels(ct_kernel *out, int max) {
     int n = 0;
     make_names();
-    for (int mode = 1; mode <= 5; mode++) /* 6 ("xt"): the default kernel and layout, for the control only */
-        for (int f = 0; f < CT_F_COUNT && n < max; f++, n++)
-            out[n] = (ct_kernel){.name = names[mode][f], .backend = "cuda", .precision = k_precision, .check = check,
-                                 .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",
-                                 .limit_ms = ct_cuda_matmul_limit_ms(f), .variant = f | (mode << 8),
-                                 .unavailable = cu_unavailable};
+    for (int f = 0; f < CT_F_COUNT && n < max; f++, n++) /* mode 1 ("xt0"); 2 ("xt") is the control's */
+        out[n] = (ct_kernel){.name = names[1][f], .backend = "cuda", .precision = k_precision, .check = check,
+                             .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",
+                             .limit_ms = ct_cuda_matmul_limit_ms(f), .variant = f | (1 << 8),
+                             .unavailable = cu_unavailable};
     return n;
 }
 
-int ct_cuda_stream_controls(ct_kernel *out, int max) {
+int ct_cuda_xt_controls(ct_kernel *out, int max) {
     const struct { int f, mode, defect; const char *desc; } c[] = {
-        {CT_F_BF16, 1, DR_CUDA_DEFECT_RING_SLOT, "device: streamed product dots the ring slot after the one waited for"},
-        {CT_F_NVFP4, 2, DR_CUDA_DEFECT_RING_SLOT, "device: streamed product dots the ring slot after the one waited for"},
-        {CT_F_BF16, 6, DR_CUDA_DEFECT_XT_SHIFT, "device: n = 1 product dots each chunk with the next chunk's staged x"},
+        {CT_F_BF16, 2, DR_CUDA_DEFECT_XT_SHIFT, "device: n = 1 product dots each chunk with the next chunk's staged x"},
     };
     int n = 0;
     make_names();
