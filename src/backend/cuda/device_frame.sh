@@ -15,6 +15,7 @@
 # times the n = 1 products (`contract --only 'cuda/matmul*'`) and `bench_cuda_matmul` runs (and
 # with DRAMA_CUDA_XT=0 among $SWITCHES, once more with it); $SASS=1 counts the n = 1 and MoE decode
 # kernels' load instructions (cuobjdump).
+# $KEEP=1 leaves the last model in /dev/shm/m-FORMAT (the caller deletes it).
 # Usage: FORMATS="fp8 nvfp4" PARITY=nvfp4 CONTRACT=1 src/backend/cuda/device_frame.sh [DIR]
 # The switches in one call (< 300 s): CONTRACT=1 SASS=1 FORMATS=fp8 FRAMES=64 SWPARITY=1
 #   SWITCHES="DRAMA_CUDA_MOE_DOWN=lean" src/backend/cuda/device_frame.sh DIR
@@ -127,6 +128,6 @@ for F in ${FORMATS:-fp8}; do
         rm -f $L/fwd-$F-*.st
         save
     fi
-    rm -rf $M
+    [ -n "${KEEP:-}" ] || rm -rf $M # KEEP=1: the model stays in /dev/shm for the caller's own runs
 done
 save
