@@ -246,7 +246,6 @@ int ct_cuda_gemm_controls(ct_kernel *out, int max) {
     const struct { int defect; const char *desc; } c[] = {
         {DR_CUDA_GEMM_DEFECT_NO_LO, "device: the third BF16 term of x's split (lo) dropped"},
         {DR_CUDA_GEMM_DEFECT_SWAP_K, "device: the weight's two k-steps of a chunk swapped"},
-        {DR_CUDA_GEMM_DEFECT_CHAIN, "device: the running sum kept in the mma's accumulator (no fresh one per k-step)"},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)

@@ -19,7 +19,7 @@
 #include "backend/cuda/cuda_contract.h"
 
 #define CUDA_CHAIN 8  /* contract_cuda.c's: (K + 8) u sum |x| m */
-#define MAX_COLS 12288 /* matvec1_kernel's widest row (MV1_MAX_COLS) */
+#define MAX_COLS 11776 /* matvec1_kernel's widest row (MV1_MAX_COLS) */
 
 /* mode: the staging of x (dr_cuda_set_xt); 0 = the default */
 #define NMODE 3

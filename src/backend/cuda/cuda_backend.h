@@ -95,7 +95,7 @@ typedef struct dr_cuda_job {
     int norm;
     float *norm_y;  /* with norm: NULL, or where the normed x is written too */
 } dr_cuda_job;
-#define DR_CUDA_NORM_MAX_COLS 12288
+#define DR_CUDA_NORM_MAX_COLS 11776 /* MV1_MAX_COLS: the fused norm lives in matvec1_kernel */
 drama_status dr_cuda_matmul_batch(dr_cuda *c, const dr_cuda_job *jobs, int count, drama_error *err);
 
 /* Timing with CUDA events on the context's stream: runs fn(arg) `calls` times between two events

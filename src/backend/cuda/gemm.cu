@@ -115,14 +115,12 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
                         const unsigned a0 = q ? Au.z : Au.x, a2 = q ? Au.w : Au.y, b0 = q ? Bu.z : Bu.x,
                                        b2 = q ? Bu.w : Bu.y;
                         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* fresh: the truncation sees this k-step only */
-                        if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_CHAIN) /* planted: the running sum in the mma */
-                            d[0] = acc[t][0], d[1] = acc[t][1], d[2] = acc[t][2], d[3] = acc[t][3];
                         mma_bf16(d, a0, b0, a2, b2, l[2 * q], l[2 * q + 1]);
                         mma_bf16(d, a0, b0, a2, b2, m[2 * q], m[2 * q + 1]);
                         mma_bf16(d, a0, b0, a2, b2, h[2 * q], h[2 * q + 1]);
 #pragma unroll
                         for (int e = 0; e < 4; e++)
-                            acc[t][e] = DEFECT == DR_CUDA_GEMM_DEFECT_CHAIN ? d[e] : __fadd_rn(acc[t][e], d[e]);
+                            acc[t][e] = __fadd_rn(acc[t][e], d[e]);
                     }
                 }
             }
@@ -194,7 +192,6 @@ extern "C" drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, 
         if (bp->count && (bp->count == DR_CUDA_MAX_BATCH || i == count)) {
             if (defect == DR_CUDA_GEMM_DEFECT_NO_LO) launch<DR_CUDA_GEMM_DEFECT_NO_LO>(bp, c->stream);
             else if (defect == DR_CUDA_GEMM_DEFECT_SWAP_K) launch<DR_CUDA_GEMM_DEFECT_SWAP_K>(bp, c->stream);
-            else if (defect == DR_CUDA_GEMM_DEFECT_CHAIN) launch<DR_CUDA_GEMM_DEFECT_CHAIN>(bp, c->stream);
             else launch<DR_CUDA_GEMM_EXACT>(bp, c->stream);
             st = dr_cuda_check(cudaGetLastError(), "tensor-core product launch", err);
             memset(bp, 0, sizeof *bp);

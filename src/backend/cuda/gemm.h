@@ -19,7 +19,6 @@ typedef enum dr_cuda_gemm_defect {
     DR_CUDA_GEMM_EXACT = 0,
     DR_CUDA_GEMM_DEFECT_NO_LO,     /* planted: the third BF16 term of x's split (lo) dropped */
     DR_CUDA_GEMM_DEFECT_SWAP_K,    /* planted: the weight's two k-steps of a 32-column chunk swapped */
-    DR_CUDA_GEMM_DEFECT_CHAIN,     /* planted: the running sum kept in the mma's accumulator (no fresh one per k-step) */
     DR_CUDA_GEMM_DEFECT_COUNT
 } dr_cuda_gemm_defect;
 

@@ -304,7 +304,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
  * has rows enough to give every SM a block of 16, else 8 (more SMs share few rows). */
 #define MV1_UNROLL 8
 #define MV1_MAX_WARPS 16
-#define MV1_MAX_COLS 12288 /* x [cols] fp32 in at most 48 KiB of shared memory (no opt-in needed) */
+/* x [cols] fp32 plus the kernel's static shared memory (~1 KiB) within the 48 KiB a launch gets
+ * without opt-in (at 12288 columns the launch failed on the H200: invalid argument) */
+#define MV1_MAX_COLS 11776
 
 template <int FMT, int DEFECT, bool XT>
 __device__ __forceinline__ void mv1_batch(const mv_job &L, int64_t row, int64_t base, int64_t nfull, int64_t nch,
