@@ -196,6 +196,8 @@ struct mat {
     int rows, cols;
     std::vector<uint8_t *> copies;
     float *x, *y;
+    std::vector<double> ref; /* float64 x W^T from the host copies */
+    std::vector<double> mag; /* sum |w x| per row: the error's scale */
 };
 
 static uint16_t bf16_of(float f) {
@@ -221,6 +223,15 @@ static mat make_mat(int rows, int cols, size_t pool_bytes, unsigned seed) {
         r = r * 1664525u + 1013904223u;
         e = ((int)(r >> 9) - (1 << 22)) / (float)(1 << 22);
     }
+    m.ref.assign(rows, 0.0), m.mag.assign(rows, 0.0);
+    for (int r0 = 0; r0 < rows; r0++)
+        for (int c = 0; c < cols; c++) {
+            unsigned u = (unsigned)h[(size_t)r0 * cols + c] << 16;
+            float w;
+            memcpy(&w, &u, 4);
+            m.ref[r0] += (double)w * hx[c];
+            m.mag[r0] += fabs((double)w * hx[c]);
+        }
     for (int i = 0; i < n; i++) {
         uint8_t *d;
         CK(cudaMalloc(&d, bytes));
@@ -340,7 +351,8 @@ int main(int argc, char **argv) {
     printf("%-58s", "variant");
     for (int si = 0; si < NS; si++) printf(" %5dx%-5d", shapes[si].rows, shapes[si].cols);
     printf("\n");
-    std::vector<float> ref, got;
+    std::vector<std::vector<float>> ref(NS);
+    std::vector<float> got;
     for (int vi = 0; vi < NV; vi++) {
         printf("%-58s", variants[vi].name);
         int same = 1;
@@ -354,10 +366,16 @@ int main(int argc, char **argv) {
             got.resize(m.rows);
             CK(cudaMemcpy(got.data(), m.y, m.rows * 4, cudaMemcpyDeviceToHost));
             if (vi == 0) {
-                ref.resize((size_t)m.rows * NS);
-                memcpy(&ref[(size_t)si * m.rows], got.data(), m.rows * 4);
-            } else if (memcmp(&ref[(size_t)si * m.rows], got.data(), m.rows * 4))
-                same = 0;
+                ref[si] = got;
+                double worst = 0;
+                for (int r0 = 0; r0 < m.rows; r0++) {
+                    double e = fabs(got[r0] - m.ref[r0]) / (m.mag[r0] > 0 ? m.mag[r0] : 1);
+                    worst = e > worst || e != e ? e : worst;
+                }
+                if (!(worst <= (m.cols + 8) * 5.96e-8)) same = 0; /* (K + 8) u sum |w x| */
+                if (si == 0 || !same) printf("[%.1e]", worst);
+            }
+            else if (memcmp(ref[si].data(), got.data(), m.rows * 4)) same = 0;
         }
         printf("  %s\n", same ? "identical" : "DIFFERENT");
         fflush(stdout);

@@ -1,13 +1,17 @@
-/* contract_cuda_xt.c - `drama contract` entries for the n = 1 product (matvec1_kernel) with x staged
- * in the plain layout (DRAMA_CUDA_XT=0; the default is chunk-transposed): `matmul_xt0.<fmt>` for every
- * stored format of the matmul entries. Cases: every matmul fixture (contract_matmul.c: ragged shapes
+/* contract_cuda_xt.c - `drama contract` entries for the n = 1 product (matvec1_kernel) in its
+ * non-default modes: x staged in the plain layout (DRAMA_CUDA_XT=0; the default is chunk-transposed),
+ * `matmul_xt0.<fmt>`, and one row per warp (DRAMA_CUDA_MV1_PERSIST=0; the default: persistent warps
+ * walking rows), `matmul_row1.<fmt>`, for every stored format of the matmul entries. Cases: every matmul fixture (contract_matmul.c: ragged shapes
  * x kinds and the fp16-discriminating one), each activation row as its own n = 1 job of one batch;
  * rows of up to MV1_MAX_COLS columns (a ragged last chunk), dead warps, a row range, a batch over two
  * weights, the fused residual add and second store; all against the float64 reference, and each also
  * bit for bit against the default kernel with the default layout on the same inputs, as is the fused
  * norm's case (its float64 check is matmul_norm.*'s: the staging is the same function). The
  * transposed layout's control (`matmul_xt.bf16`) dots each chunk with the next chunk's x (inside the
- * new indexing). docs/contract.md "CUDA entries". */
+ * new indexing). A walk case, [9000, 2304] (more rows than the device holds warps twice over, two
+ * batches of loads a row for 16-bit weights), makes the persistent warps prefetch across rows; its
+ * control (`matmul_walk.fp8_block`, default modes) loads each warp's next row from the row after it.
+ * docs/contract.md "CUDA entries". */
 #include "tools/contract_cuda_internal.h"
 
 #ifdef DRAMA_HAVE_CUDA
@@ -21,10 +25,11 @@
 #define CUDA_CHAIN 8  /* contract_cuda.c's: (K + 8) u sum |x| m */
 #define MAX_COLS 11776 /* matvec1_kernel's widest row (MV1_MAX_COLS) */
 
-/* mode: the staging of x (dr_cuda_set_xt); 0 = the default */
-#define NMODE 3
-static const char *const mode_name[NMODE] = {"", "xt0", "xt"};
-static const int mode_xt[NMODE] = {1, 0, 1};
+/* mode: the staging of x (dr_cuda_set_xt) and the rows per warp (dr_cuda_set_mv1_one_row); 0 = the
+ * defaults; 2 and 4 are the controls' names */
+#define NMODE 5
+static const char *const mode_name[NMODE] = {"", "xt0", "xt", "row1", "walk"};
+static const int mode_xt[NMODE] = {1, 0, 1, 1, 1}, mode_one_row[NMODE] = {0, 0, 0, 1, 0};
 static char names[NMODE][CT_F_COUNT][40];
 
 static void make_names(void) {
@@ -33,9 +38,12 @@ static void make_names(void) {
             snprintf(names[mode][f], sizeof names[mode][f], "matmul_%s.%s", mode_name[mode], ct_matmul_names[f] + 7);
 }
 
-static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 3; }
+static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 7; }
 
-static drama_status set_mode(cu_t *t, int mode) { return dr_cuda_set_xt(t->c, mode_xt[mode], &t->err); }
+static drama_status set_mode(cu_t *t, int mode) {
+    drama_status st = dr_cuda_set_xt(t->c, mode_xt[mode], &t->err);
+    return st ? st : dr_cuda_set_mv1_one_row(t->c, mode_one_row[mode], &t->err);
+}
 
 /* The products of `jobs` in mode 1 .. NMODE-1 (with the entry's planted defect, if any), or with the
  * default layout in mode 0. */
@@ -173,12 +181,45 @@ static void structure(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *see
     ct_mm_fixture_free(&a), ct_mm_fixture_free(&b);
 }
 
+/* The walk: [9000, 2304] as one n = 1 job, in the entry's mode and the default one, against the
+ * float64 reference and bit for bit. 9000 rows exceed twice the warps an H200 holds (132 SMs x 64),
+ * so every persistent warp walks two rows or more and prefetches across them. */
+static void walk(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *seed) {
+    const int mode = mode_of(k);
+    ct_mm_fixture c;
+    ct_mm_fixture_make(&c, k->variant & 0xFF, seed, 9000, 2304, 1, CUDA_CHAIN);
+    if (!c.ok) {
+        ct_case_error(res, "walk", "could not build the weights");
+        ct_mm_fixture_free(&c);
+        return;
+    }
+    float *y[2] = {malloc((size_t)c.rows * 4), malloc((size_t)c.rows * 4)};
+    int ok = 1;
+    for (int pass = 0; pass < 2 && ok; pass++) { /* 0: the entry's mode, 1: the default */
+        dr_cuda_weight *w = cu_weight(t, &c.t.w);
+        float *x = cu_put(t, c.x, (size_t)c.cols * 4), *dy = cu_poison(t, (size_t)c.rows * 4);
+        dr_cuda_job j = {w, x, 1, dy, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
+        if (!t->failed) run(k, t, pass ? 0 : mode, &j, 1);
+        cu_get(t, y[pass], dy, (size_t)c.rows * 4);
+        ok = !cu_case_end(t, res, pass ? "walk [9000,2304], default kernel" : "walk [9000,2304]");
+    }
+    if (ok) {
+        ct_mm_compare_rows(res, "walk [9000,2304] n=1", &c, 0, 1, 0, c.rows, y[0]);
+        same_bits(res, "walk == the default n = 1 kernel (bit for bit)", y[0], y[1], c.rows);
+    }
+    t->failed = 0;
+    cu_free_all(t);
+    free(y[0]), free(y[1]);
+    ct_mm_fixture_free(&c);
+}
+
 static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     cu_t t;
     if (cu_open(&t, res)) return;
     ct_matmul_cases(k, ctx, res, CUDA_CHAIN, run_rows, &t);
     uint64_t seed = ctx->seed ^ ((uint64_t)(uint32_t)k->variant * 2654435761u + 11u);
     structure(k, &t, res, &seed);
+    walk(k, &t, res, &seed);
     cu_close(&t);
 }
 
@@ -221,22 +262,25 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *k_precision =
-    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), x staged transposed or plain; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
+    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), x staged transposed or plain, persistent warps or one row each; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
 
 int ct_cuda_xt_kernels(ct_kernel *out, int max) {
     int n = 0;
     make_names();
-    for (int f = 0; f < CT_F_COUNT && n < max; f++, n++) /* mode 1 ("xt0"); 2 ("xt") is the control's */
-        out[n] = (ct_kernel){.name = names[1][f], .backend = "cuda", .precision = k_precision, .check = check,
-                             .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",
-                             .limit_ms = ct_cuda_matmul_limit_ms(f), .variant = f | (1 << 8),
-                             .unavailable = cu_unavailable};
+    for (int mode = 1; mode <= 3; mode += 2) /* 1 ("xt0"), 3 ("row1"); 2 and 4 are the controls' */
+        for (int f = 0; f < CT_F_COUNT && n < max; f++, n++)
+            out[n] = (ct_kernel){.name = names[mode][f], .backend = "cuda", .precision = k_precision, .check = check,
+                                 .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",
+                                 .limit_ms = ct_cuda_matmul_limit_ms(f), .variant = f | (mode << 8),
+                                 .unavailable = cu_unavailable};
     return n;
 }
 
 int ct_cuda_xt_controls(ct_kernel *out, int max) {
     const struct { int f, mode, defect; const char *desc; } c[] = {
         {CT_F_BF16, 2, DR_CUDA_DEFECT_XT_SHIFT, "device: n = 1 product dots each chunk with the next chunk's staged x"},
+        {CT_F_FP8B, 4, DR_CUDA_DEFECT_NEXT_ROW_PREFETCH,
+         "device: n = 1 persistent warps load their next row from the row after it"},
     };
     int n = 0;
     make_names();

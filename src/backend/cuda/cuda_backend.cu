@@ -74,6 +74,9 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     /* DRAMA_CUDA_XT=0: the n = 1 kernels stage x in the plain layout (to compare; default transposed) */
     const char *xt = getenv("DRAMA_CUDA_XT");
     c->xt = !(xt && !strcmp(xt, "0"));
+    /* DRAMA_CUDA_MV1_PERSIST=0: the n = 1 kernel with one row per warp (to compare; default persistent) */
+    const char *pw = getenv("DRAMA_CUDA_MV1_PERSIST");
+    c->mv1_one_row = pw && !strcmp(pw, "0");
     *out = c;
     return DRAMA_OK;
 }
@@ -81,6 +84,12 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
 extern "C" drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err) {
     if (!c || xt < 0 || xt > 1) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_xt: bad argument");
     c->xt = xt;
+    return DRAMA_OK;
+}
+
+extern "C" drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_error *err) {
+    if (!c || one_row < 0 || one_row > 1) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_mv1_one_row: bad argument");
+    c->mv1_one_row = one_row;
     return DRAMA_OK;
 }
 
@@ -367,6 +376,7 @@ static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_er
     if (b->count == 0) return DRAMA_OK;
     cudaError_t e = cudaSuccess;
     b->xt = c->xt;
+    b->one_row = c->mv1_one_row;
     if (b->max_rows > 0 && b->max_n > 0) e = launch(c, fmt, defect, b);
     b->count = 0;
     b->max_rows = b->max_n = 0;

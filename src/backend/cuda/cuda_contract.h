@@ -22,6 +22,7 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_TILE_TAIL,         /* FP8 per-tensor: n > tile width drops the last partial tile */
     DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
     DR_CUDA_DEFECT_XT_SHIFT,          /* n = 1, BF16, transposed staging: each chunk dotted with the next chunk's x */
+    DR_CUDA_DEFECT_NEXT_ROW_PREFETCH, /* n = 1, FP8 block, persistent warps: a warp's next row loaded from the row after it */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
 
@@ -35,6 +36,10 @@ drama_status dr_cuda_matmul_batch_defect(dr_cuda *c, const dr_cuda_job *jobs, in
  * 1 = chunk-transposed (the default: no bank conflicts), 0 = plain (y bit for bit the same).
  * dr_cuda_open sets it from DRAMA_CUDA_XT ("0": 0, else 1). */
 drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err);
+
+/* The n = 1 kernel's rows per warp from now on: 0 = persistent warps walking rows (the default), 1 =
+ * one row per warp (y bit for bit the same). dr_cuda_open sets it from DRAMA_CUDA_MV1_PERSIST ("0": 1). */
+drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_error *err);
 
 /* y[i] = dr_expf_det(x[i]) computed on the device (num/expf_det.h), for the contract's check that
  * host and device give the same bits; device_expf = 1 computes the device's own expf instead (the

@@ -18,6 +18,7 @@ struct dr_cuda {
     dr_cuda_info info;
     cudaStream_t stream;
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
+    int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
 };
 
 struct dr_cuda_weight {
@@ -56,12 +57,14 @@ struct mv_job {
     double norm_eps;
     int norm;
     float *norm_y; /* norm: NULL, or the normed x written there (by each job's block 0) */
+    int pblocks;   /* n = 1 kernel: this job's blocks (set at launch: matvec_kernel.cuh mv1_share_blocks) */
 };
 
 struct mv_batch {
     mv_job job[DR_CUDA_MAX_BATCH];
     int count;
     int xt;           /* n = 1 kernels: x staged chunk-transposed (1, DRAMA_CUDA_XT) or plain (0) */
+    int one_row;      /* n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0) */
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };

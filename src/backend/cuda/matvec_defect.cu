@@ -30,6 +30,9 @@ cudaError_t dr_cuda_launch_matvec_defect(int fmt, int defect, const mv_batch *b,
     case DR_CUDA_DEFECT_XT_SHIFT: /* only the n = 1 kernel's transposed staging reads it */
         if (fmt == MV_BF16) return launch_fmt<MV_BF16, DR_CUDA_DEFECT_XT_SHIFT>(b, stream);
         break;
+    case DR_CUDA_DEFECT_NEXT_ROW_PREFETCH: /* only the n = 1 kernel's walk over rows reads it */
+        if (fmt == MV_FP8_BLOCK) return launch_fmt<MV_FP8_BLOCK, DR_CUDA_DEFECT_NEXT_ROW_PREFETCH>(b, stream);
+        break;
     case DR_CUDA_DEFECT_TILE_TAIL:
         if (fmt == MV_FP8_TENSOR) return launch_fmt<MV_FP8_TENSOR, DR_CUDA_DEFECT_TILE_TAIL>(b, stream);
         break;
