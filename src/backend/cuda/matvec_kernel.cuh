@@ -398,7 +398,9 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     float acc[1] = {0.0f};
     for (int64_t base = lane;;) {
         int64_t nb = base + 32 * MV1_UNROLL, nrow = row;
-        if (nb >= nch) nb = lane, nrow = row + stride; /* this row's last batch: the next row's first */
+        /* this row's last batch (decided on the warp's first chunk, so all lanes agree: the xor tree
+         * below needs the whole warp): the next row's first */
+        if (nb - lane >= nch) nb = lane, nrow = row + stride;
         const bool more = nrow < J.r1;
         /* planted: the next row's first batch read from the row after it */
         const int64_t lrow = DEFECT == DR_CUDA_DEFECT_NEXT_ROW_PREFETCH && nrow != row && nrow + 1 < J.r1 ? nrow + 1 : nrow;
