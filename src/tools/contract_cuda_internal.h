@@ -42,11 +42,12 @@ const char *cu_unavailable(char *why, size_t why_size);
  * format and layout; control CT_CUDA_NO_RENORM creates the device layer with norm_topk flipped,
  * CT_CUDA_MOE_UP_NEXT / _WSEL_NEXT plant the few-row kernels' defects (dr_cuda_moe_plant_defect),
  * CT_CUDA_MOE_LEAN_NEXT the lean down kernel's (moe_lean.* entries), CT_CUDA_MOE_XT_NEXT the decode
- * gate/up kernel's transposed SwiGLU layout (defect 4). */
+ * gate/up kernel's transposed SwiGLU layout (defect 4), CT_CUDA_GROUPED_STAGE the staged grouped
+ * down kernel's tile staging (group defect 2). */
 #define CT_CUDA_MOE_VARIANTS 8
 #define CT_CUDA_MOE_FIRST 5 /* CM_MOE of contract_cuda_model.c */
 enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT,
-       CT_CUDA_MOE_LEAN_NEXT, CT_CUDA_MOE_XT_NEXT };
+       CT_CUDA_MOE_LEAN_NEXT, CT_CUDA_MOE_XT_NEXT, CT_CUDA_GROUPED_STAGE };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
 

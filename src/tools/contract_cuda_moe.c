@@ -215,6 +215,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     dr_cuda_moe *dm = NULL;
     if (m.ok && !t->failed && dr_cuda_moe_create(t->c, &d, &dm, &t->err)) t->failed = 1;
     if (dm && k->control == CT_CUDA_GROUPED_TILE) dr_cuda_moe_set_group_defect(dm, 1);
+    if (dm && k->control == CT_CUDA_GROUPED_STAGE) dr_cuda_moe_set_group_defect(dm, 2);
     /* both paths on the same rows: per row (the frame step's), then grouped by expert (the prefill's) */
     float *yg = xm((size_t)(n * H) * 4);
     if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);

@@ -94,6 +94,11 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
             m->down_fmt = -1; /* the decode kernels need one down format and gate = up */
     }
     if (d->sh_gate->fmt != d->sh_up->fmt) m->down_fmt = -1;
+    m->gate_fmt = d->fused ? (d->gate_up[0] ? d->gate_up[0]->fmt : -1) : (d->gate[0] ? d->gate[0]->fmt : -1);
+    for (int k = 0; k < d->n_kept; k++) { /* one routed gate format for the staged grouped kernels */
+        const dr_cuda_weight *g = d->fused ? d->gate_up[k] : d->gate[k];
+        if (!g || g->fmt != m->gate_fmt || (!d->fused && (!d->up[k] || d->up[k]->fmt != m->gate_fmt))) m->gate_fmt = -1;
+    }
     for (int k = 0; k < d->n_kept && !st; k++) {
         if (d->fused) {
             if (!(st = check_w(d->gate_up[k], 2 * d->I, d->H, "gate_up", k, err))) {
@@ -112,8 +117,9 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->H = d->H, m->I = d->I, m->Is = d->Is;
     m->W = ((d->I > d->Is ? d->I : d->Is) + 3) / 4 * 4;
     m->router = d->router, m->sh_gate_proj = d->sh_gate_proj;
-    const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED"); /* 0: every call per row (measurements) */
+    const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED"); /* 0: every call per row, old: the unstaged grouped kernels */
     m->group_min_n = grp && !strcmp(grp, "0") ? ((int64_t)1 << 40) : DR_CUDA_MOE_GROUP_MIN_N;
+    m->group_old = grp && !strcmp(grp, "old"); /* old: the grouped kernels before the staged ones */
     const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* default lean (H200: 7.72 vs 8.30 ms a frame); decode: the old kernel */
     m->down_lean = !(dn && !strcmp(dn, "decode"));
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);

@@ -156,7 +156,7 @@ moe_gu_grouped_kernel(int defect, int64_t n, int k, int64_t umax, const int32_t 
     grp_sel s;
     if (!grp_select(blockIdx.y, umax, n, used, ustart, ucount, experts, &shared, I, Is, &s)) return;
     if (r >= s.width) return; /* whole warps */
-    const int64_t cnt = defect ? min(s.cnt, (int64_t)GRP_NT) : s.cnt; /* planted (contract): one tile per expert */
+    const int64_t cnt = defect == 1 ? min(s.cnt, (int64_t)GRP_NT) : s.cnt; /* planted (contract): one tile per expert */
     for (int64_t t0 = 0; t0 < cnt; t0 += GRP_NT) {
         const int nt = (int)min((int64_t)GRP_NT, s.cnt - t0);
         const float *xp[GRP_NT];
@@ -208,6 +208,8 @@ moe_down_grouped_kernel(int64_t n, int k, int64_t umax, const int32_t *used, con
     }
 }
 
+#include "backend/cuda/moe_grouped_staged.cuh"
+
 /* moe_down_kernel's combine: ranks in order, then the gated shared expert, then the residual */
 __global__ void __launch_bounds__(COMBINE_THREADS)
 moe_combine_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, const float *sg, const float *ydn, int64_t H,
@@ -236,16 +238,30 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
         npairs, m->n_kept, w->slots, w->used, w->ustart, w->ucount, w->pairs);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE bucket launch", err))) return s;
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
-    dim3 g1((unsigned)((wmax + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
-    moe_gu_grouped_kernel<<<g1, GRP_WARPS * 32, 0, c->stream>>>(m->group_defect, n, m->topk, umax, w->used, w->ustart,
-                                                                w->ucount, w->pairs, m->experts, m->shared, m->I, m->Is,
-                                                                m->W, m->H, x, w->act);
-    if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped gate/up launch", err))) return s;
-    dim3 g2((unsigned)((m->H + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
-    moe_down_grouped_kernel<<<g2, GRP_WARPS * 32, 0, c->stream>>>(n, m->topk, umax, w->used, w->ustart, w->ucount,
-                                                                  w->pairs, m->experts, m->shared, m->W, m->H, w->act,
-                                                                  w->ydn);
-    if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped down launch", err))) return s;
+    /* the staged kernels (moe_grouped_staged.cuh): one routed format per weight kind, whole chunks, a tile in 48 KiB */
+    const bool staged = !m->group_old && m->down_fmt >= 0 && m->gate_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
+                        gs_smem(m->H) <= GS_SMEM_MAX && gs_smem(wmax) <= GS_SMEM_MAX;
+    if (staged) { /* routed experts then the shared one, each kind in its format: four launches */
+        const gs_args ga = {m->group_defect, n, m->topk, umax, w->used, w->ustart, w->ucount, w->pairs, m->experts,
+                            m->shared, m->I, m->Is, m->W, m->H};
+        cudaError_t e = gs_launch(m->gate_fmt, ga, false, 0, umax, x, w->act, c->stream);
+        if (e == cudaSuccess) e = gs_launch(m->shared.gate.fmt, ga, false, umax, 1, x, w->act, c->stream);
+        if ((s = dr_cuda_check(e, "MoE staged gate/up launch", err))) return s;
+        e = gs_launch(m->down_fmt, ga, true, 0, umax, w->act, w->ydn, c->stream);
+        if (e == cudaSuccess) e = gs_launch(m->shared.down.fmt, ga, true, umax, 1, w->act, w->ydn, c->stream);
+        if ((s = dr_cuda_check(e, "MoE staged down launch", err))) return s;
+    } else {
+        dim3 g1((unsigned)((wmax + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
+        moe_gu_grouped_kernel<<<g1, GRP_WARPS * 32, 0, c->stream>>>(m->group_defect, n, m->topk, umax, w->used, w->ustart,
+                                                                    w->ucount, w->pairs, m->experts, m->shared, m->I, m->Is,
+                                                                    m->W, m->H, x, w->act);
+        if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped gate/up launch", err))) return s;
+        dim3 g2((unsigned)((m->H + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
+        moe_down_grouped_kernel<<<g2, GRP_WARPS * 32, 0, c->stream>>>(n, m->topk, umax, w->used, w->ustart, w->ucount,
+                                                                      w->pairs, m->experts, m->shared, m->W, m->H, w->act,
+                                                                      w->ydn);
+        if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped down launch", err))) return s;
+    }
     dim3 g3((unsigned)((m->H + COMBINE_THREADS - 1) / COMBINE_THREADS), (unsigned)n);
     moe_combine_kernel<<<g3, COMBINE_THREADS, 0, c->stream>>>(n, m->topk, w->slots, w->wsel, w->sg, w->ydn, m->H, out,
                                                               add);
