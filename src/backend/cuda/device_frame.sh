@@ -15,7 +15,8 @@
 # times the n = 1 products (`contract --only 'cuda/matmul*'`) and `bench_cuda_matmul` runs (and
 # with DRAMA_CUDA_XT=0 among $SWITCHES, once more with it); $SASS=1 counts the n = 1 and MoE decode
 # kernels' load instructions (cuobjdump).
-# $KEEP=1 leaves the last model in /dev/shm/m-FORMAT (the caller deletes it).
+# $KEEP=1 leaves the last model in /dev/shm/m-FORMAT (the caller deletes it). $CODEC=1 makes the models
+# with the real-size random codec, so `bench frame` also times the first chunk of audio.
 # Usage: FORMATS="fp8 nvfp4" PARITY=nvfp4 CONTRACT=1 src/backend/cuda/device_frame.sh [DIR]
 # The switches in one call (< 300 s): CONTRACT=1 SASS=1 FORMATS=fp8 FRAMES=64 SWPARITY=1
 #   SWITCHES="DRAMA_CUDA_MOE_DOWN=lean" src/backend/cuda/device_frame.sh DIR
@@ -61,7 +62,8 @@ fi
 for F in ${FORMATS:-fp8}; do
     M=/dev/shm/m-$F
     t=$(date +%s%N)
-    if ! /tmp/drama-dev make-model $M --shape full --experts $F --expert-fill direct --codec none --threads $T \
+    CX=(--codec none); [ -n "${CODEC:-}" ] && CX=() # CODEC=1: the real-size random codec too (ttfa_cached_voice_audio)
+    if ! /tmp/drama-dev make-model $M --shape full --experts $F --expert-fill direct "${CX[@]}" --threads $T \
         >$L/make-$F.txt 2>&1; then
         echo "make-model $F failed:"
         tail -3 $L/make-$F.txt
