@@ -18,6 +18,7 @@ struct dr_cuda {
     dr_cuda_info info;
     cudaStream_t stream;
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
+    int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
 };
 
 struct dr_cuda_weight {
@@ -62,6 +63,7 @@ struct mv_batch {
     mv_job job[DR_CUDA_MAX_BATCH];
     int count;
     int xt;           /* n = 1 kernels: x staged chunk-transposed (1, DRAMA_CUDA_XT) or plain (0) */
+    int pdl;          /* the context's pdl (pdl.cuh): launched with programmatic stream serialization */
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };

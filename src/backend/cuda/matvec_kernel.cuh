@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/pdl.cuh"
 
 #define WARPS_PER_BLOCK 4
 #define UNROLL 4
@@ -247,6 +248,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     const mv_job &J = b.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
     const int64_t row = J.r0 + (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    pdl_trigger();
     if (row >= J.r1) return; /* whole warps leave together: the shuffles below stay full */
     const uint8_t *wrow = J.data + row * J.pitch;
     const int64_t nfull = J.cols / EPC;            /* chunks without a ragged end */
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
                 int64_t ch = base + 32 * k;
                 if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
             }
+            if (t0 == 0 && base == lane) pdl_wait(); /* the first weight loads are in flight; x after */
 #pragma unroll
             for (int k = 0; k < UNROLL; k++) {
                 int64_t ch = base + 32 * k;
@@ -376,6 +379,7 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     float *xs = reinterpret_cast<float *>(xs4);
     const mv_job &J = b.job[blockIdx.y];
     const int64_t row0 = J.r0 + (int64_t)blockIdx.x * (blockDim.x >> 5);
+    pdl_trigger();
     if (row0 >= J.r1 || J.n < 1) return; /* the whole block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t row = row0 + warp;
@@ -384,7 +388,9 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     const uint8_t *wrow = J.data + (live ? row : row0) * J.pitch;
     uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
     if (live) mv1_load(wrow, lane, nch, va);
+    if (DEFECT != DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* the first batch is in flight; x after */
     mv1_stage<EPC, XT>(J, xs);
+    if (DEFECT == DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* planted: x read before the wait */
     if (J.norm) mv1_norm<DEFECT, EPC, XT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
     __syncthreads();
     if (!live) return;
@@ -429,19 +435,19 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
         }
         if (total_rows >= 16 * (int64_t)sms) { /* a block of 16 rows for every SM */
             dim3 g1((unsigned)((b->max_rows + 15) / 16), (unsigned)b->count);
-            if (b->xt) matvec1_kernel<FMT, DEFECT, true><<<g1, 16 * 32, smem, stream>>>(*b);
-            else matvec1_kernel<FMT, DEFECT, false><<<g1, 16 * 32, smem, stream>>>(*b);
+            if (b->xt) dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, true>, g1, 16 * 32, smem, stream, *b);
+            else dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, false>, g1, 16 * 32, smem, stream, *b);
         } else {
             dim3 g1((unsigned)((b->max_rows + 7) / 8), (unsigned)b->count);
-            if (b->xt) matvec1_kernel<FMT, DEFECT, true><<<g1, 8 * 32, smem, stream>>>(*b);
-            else matvec1_kernel<FMT, DEFECT, false><<<g1, 8 * 32, smem, stream>>>(*b);
+            if (b->xt) dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, true>, g1, 8 * 32, smem, stream, *b);
+            else dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, false>, g1, 8 * 32, smem, stream, *b);
         }
     } else if (n <= 1)
-        matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 1, DEFECT>, grid, block, 0, stream, *b);
     else if (n <= 4)
-        matvec_kernel<FMT, 4, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 4, DEFECT>, grid, block, 0, stream, *b);
     else
-        matvec_kernel<FMT, 16, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 16, DEFECT>, grid, block, 0, stream, *b);
     return cudaGetLastError();
 }
 
