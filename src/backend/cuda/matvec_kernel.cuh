@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     const mv_job &J = b.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
     const int64_t row = J.r0 + (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    pdl_trigger();
+    pdl_enter(); /* no preamble: any before the wait (loads, an L2 prefetch) made ptxas spill */
     if (row >= J.r1) return; /* whole warps leave together: the shuffles below stay full */
     const uint8_t *wrow = J.data + row * J.pitch;
     const int64_t nfull = J.cols / EPC;            /* chunks without a ragged end */
@@ -270,7 +270,6 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
                 int64_t ch = base + 32 * k;
                 if (ch < nch) v[k] = ld_stream(wrow + ch * 16);
             }
-            if (t0 == 0 && base == lane) pdl_wait(); /* the first weight loads are in flight; x after */
 #pragma unroll
             for (int k = 0; k < UNROLL; k++) {
                 int64_t ch = base + 32 * k;
