@@ -374,6 +374,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_norm_kernels(out + n, max - n);
     n += ct_cuda_xt_kernels(out + n, max - n);
     n += ct_cuda_moe_lean_kernels(out + n, max - n);
+    n += ct_cuda_pdl_kernels(out + n, max - n);
     return n;
 }
 
@@ -400,6 +401,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_norm_controls(out + n, max - n);
     n += ct_cuda_xt_controls(out + n, max - n);
     n += ct_cuda_moe_lean_controls(out + n, max - n);
+    n += ct_cuda_pdl_controls(out + n, max - n);
     return n;
 }
 

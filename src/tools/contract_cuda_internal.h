@@ -71,6 +71,9 @@ int ct_cuda_xt_kernels(ct_kernel *out, int max);
 int ct_cuda_xt_controls(ct_kernel *out, int max);
 int ct_cuda_moe_lean_kernels(ct_kernel *out, int max);
 int ct_cuda_moe_lean_controls(ct_kernel *out, int max);
+/* contract_cuda_pdl.c: the ordering under programmatic dependent launch (DRAMA_CUDA_PDL) */
+int ct_cuda_pdl_kernels(ct_kernel *out, int max);
+int ct_cuda_pdl_controls(ct_kernel *out, int max);
 /* the matmul.* entries' stated time limit for format f (contract_cuda.c) */
 double ct_cuda_matmul_limit_ms(int f);
 

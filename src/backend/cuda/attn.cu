@@ -48,6 +48,7 @@ template <class R>
 __global__ void __launch_bounds__(PREP_THREADS)
 attn_prep_kernel(dr_cuda_attn_shape s, const float *q_in, int64_t q_ld, int64_t q_hs, const float *k_in, const float *v_in,
                  int64_t kv_ld, R rows, float *q_out, int64_t qo_ld, int64_t qo_hs) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float sm[]; /* cos [half] | sin [half] | buf [hd] */
     __shared__ double sh[32];
     const int64_t i = blockIdx.x;
@@ -93,8 +94,8 @@ extern "C" drama_status dr_cuda_attn_prep(dr_cuda *c, const dr_cuda_attn_shape *
     if (!q_in || !k_in || !v_in || !pos || !kc || !vc || !q_out) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_attn_prep: NULL pointer");
     rows_arr r = {pos, kc, vc, skip};
     const dim3 grid((unsigned)n, (unsigned)(s->nh + s->nkv));
-    attn_prep_kernel<<<grid, PREP_THREADS, shm, c->stream>>>(*s, q_in, q_ld, q_hs, k_in, v_in, kv_ld, r, q_out,
-                                                                    (int64_t)s->nh * s->hd, s->hd);
+    dr_launch(c->pdl, attn_prep_kernel<decltype(r)>, grid, PREP_THREADS, shm, c->stream, *s, q_in, q_ld, q_hs, k_in,
+              v_in, kv_ld, r, q_out, (int64_t)s->nh * s->hd, s->hd);
     return dr_cuda_check(cudaGetLastError(), "attention prep launch", err);
 }
 
@@ -122,6 +123,7 @@ template <class R>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_split_kernel(dr_cuda_attn_shape s, const float *q, int64_t q_ld, int64_t q_hs, R rows, int nsplit, double *ws_ml,
                   double *ws_acc) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ double wsm[]; /* w [G][ATT_P] doubles | q [G][hd] floats */
     __shared__ double sh[32], m_run[ATT_MAXG], l_run[ATT_MAXG], alpha[ATT_MAXG];
     __shared__ float shf[32];
@@ -225,6 +227,7 @@ template <class R>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_merge_kernel(dr_cuda_attn_shape s, R rows, int nsplit, const double *ws_ml, const double *ws_acc, const float *gate,
                   int64_t gate_ld, int64_t gate_hs, float *o, int64_t o_ld) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int j = blockIdx.x;
     const int64_t i = blockIdx.y;
     const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit), used = (npos + chunk - 1) / chunk;
@@ -270,10 +273,11 @@ static drama_status attn_launch(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t
     int ns = n_splits(n, s->nkv);
     double *ml = (double *)ws, *acc = ml + (size_t)n * s->nh * ns * 2;
     dim3 g1((unsigned)ns, (unsigned)s->nkv, (unsigned)n);
-    attn_split_kernel<R><<<g1, ATT_THREADS, shm, c->stream>>>(*s, q, q_ld, q_hs, rows, ns, ml, acc);
+    dr_launch(c->pdl, attn_split_kernel<R>, g1, ATT_THREADS, shm, c->stream, *s, q, q_ld, q_hs, rows, ns, ml, acc);
     if ((st = dr_cuda_check(cudaGetLastError(), "attention launch", err))) return st;
     dim3 g2((unsigned)s->nh, (unsigned)n);
-    attn_merge_kernel<R><<<g2, ATT_THREADS, 0, c->stream>>>(*s, rows, ns, ml, acc, gate, gate_ld, gate_hs, o, o_ld);
+    dr_launch(c->pdl, attn_merge_kernel<R>, g2, ATT_THREADS, 0, c->stream, *s, rows, ns, ml, acc, gate, gate_ld,
+              gate_hs, o, o_ld);
     return dr_cuda_check(cudaGetLastError(), "attention merge launch", err);
 }
 
@@ -300,7 +304,8 @@ drama_status dr_cuda_seam_attention(dr_cuda *c, const dr_cuda_attn_shape *s, con
     if (st) return st;
     rows_seq r = {rows, layer};
     const dim3 grid((unsigned)n, (unsigned)(s->nh + s->nkv));
-    attn_prep_kernel<<<grid, PREP_THREADS, shm, c->stream>>>(*s, q, q_ld, q_hs, k, v, kv_ld, r, q, q_ld, q_hs);
+    dr_launch(c->pdl, attn_prep_kernel<decltype(r)>, grid, PREP_THREADS, shm, c->stream, *s, q, q_ld, q_hs, k, v, kv_ld,
+              r, q, q_ld, q_hs);
     if ((st = dr_cuda_check(cudaGetLastError(), "attention prep launch", err))) return st;
     return attn_launch(c, s, n, q, q_ld, q_hs, r, gated ? q + s->hd : NULL, q_ld, q_hs, ws, ws_bytes, out,
                        (int64_t)s->nh * s->hd, err);

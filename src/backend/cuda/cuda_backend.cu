@@ -77,6 +77,9 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     /* DRAMA_CUDA_MV1_PERSIST=0: the n = 1 kernel with one row per warp (to compare; default persistent) */
     const char *pw = getenv("DRAMA_CUDA_MV1_PERSIST");
     c->mv1_one_row = pw && !strcmp(pw, "0");
+    /* DRAMA_CUDA_PDL=0: plain launches (default: programmatic dependent launch on sm_90+; pdl.cuh) */
+    const char *pdl = getenv("DRAMA_CUDA_PDL");
+    c->pdl = p.major >= 9 && !(pdl && !strcmp(pdl, "0"));
     *out = c;
     return DRAMA_OK;
 }
@@ -92,6 +95,14 @@ extern "C" drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_e
     c->mv1_one_row = one_row;
     return DRAMA_OK;
 }
+
+extern "C" drama_status dr_cuda_set_pdl(dr_cuda *c, int pdl, drama_error *err) {
+    if (!c || pdl < 0 || pdl > 1) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_pdl: bad argument");
+    c->pdl = pdl && c->info.cc_major >= 9;
+    return DRAMA_OK;
+}
+
+extern "C" int dr_cuda_pdl(const dr_cuda *c) { return c ? c->pdl : 0; }
 
 extern "C" void dr_cuda_close(dr_cuda *c) {
     if (!c) return;
@@ -377,6 +388,7 @@ static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_er
     cudaError_t e = cudaSuccess;
     b->xt = c->xt;
     b->one_row = c->mv1_one_row;
+    b->pdl = c->pdl;
     if (b->max_rows > 0 && b->max_n > 0) e = launch(c, fmt, defect, b);
     b->count = 0;
     b->max_rows = b->max_n = 0;

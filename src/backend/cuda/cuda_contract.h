@@ -23,6 +23,7 @@ typedef enum dr_cuda_defect {
     DR_CUDA_DEFECT_NORM_NO_WEIGHT,    /* BF16, fused norm: the norm weight skipped in the staging */
     DR_CUDA_DEFECT_XT_SHIFT,          /* n = 1, BF16, transposed staging: each chunk dotted with the next chunk's x */
     DR_CUDA_DEFECT_NEXT_ROW_PREFETCH, /* n = 1, FP8 block, persistent warps: a warp's next row loaded from the row after it */
+    DR_CUDA_DEFECT_PDL_EARLY_X,       /* n = 1, BF16: x staged BEFORE pdl_wait (red only with PDL on) */
     DR_CUDA_DEFECT_COUNT
 } dr_cuda_defect;
 
@@ -40,6 +41,18 @@ drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err);
 /* The n = 1 kernel's rows per warp from now on: 0 = persistent warps walking rows (the default), 1 =
  * one row per warp (y bit for bit the same). dr_cuda_open sets it from DRAMA_CUDA_MV1_PERSIST ("0": 1). */
 drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_error *err);
+/* Whether the kernels are launched from now on with programmatic dependent launch (pdl.cuh):
+ * 1 = on (the default on sm_90+; ignored below), 0 = plain launches. dr_cuda_open sets it from
+ * DRAMA_CUDA_PDL ("0": 0, else 1). dr_cuda_pdl tells the current setting. */
+drama_status dr_cuda_set_pdl(dr_cuda *c, int pdl, drama_error *err);
+int dr_cuda_pdl(const dr_cuda *c);
+
+/* The PDL ordering check (matvec_defect.cu): a kernel that spins about spin_us microseconds, then
+ * copies src[0, n) to dst (launched like every frame-step kernel, and letting its dependent start
+ * at once), followed on the stream by the n = 1 product of jobs (dr_cuda_matmul_batch, or with
+ * `defect`). With PDL on, a product that read its x before pdl_wait reads the old dst. */
+drama_status dr_cuda_pdl_order_check(dr_cuda *c, const float *src, float *dst, int64_t n, int spin_us,
+                                     const dr_cuda_job *jobs, int count, int defect, drama_error *err);
 
 /* y[i] = dr_expf_det(x[i]) computed on the device (num/expf_det.h), for the contract's check that
  * host and device give the same bits; device_expf = 1 computes the device's own expf instead (the

@@ -19,6 +19,7 @@ struct dr_cuda {
     cudaStream_t stream;
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
     int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
+    int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
 };
 
 struct dr_cuda_weight {
@@ -65,6 +66,7 @@ struct mv_batch {
     int count;
     int xt;           /* n = 1 kernels: x staged chunk-transposed (1, DRAMA_CUDA_XT) or plain (0) */
     int one_row;      /* n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0) */
+    int pdl;          /* the context's pdl (pdl.cuh): launched with programmatic stream serialization */
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };

@@ -21,6 +21,7 @@
 template <class R>
 __global__ void __launch_bounds__(CONV_THREADS)
 gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64_t u_ld, R rows, float *y) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int K = s.K;
@@ -48,8 +49,8 @@ extern "C" drama_status dr_cuda_gdn_conv(dr_cuda *c, const dr_cuda_gdn_shape *s,
     int64_t C = 2 * (int64_t)s->nk * s->dk + (int64_t)s->nv * s->dv;
     if (u_ld < C) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gdn_conv: u rows of %lld < %lld channels", (long long)u_ld, (long long)C);
     rows_arr r = {NULL, win, NULL, skip};
-    gdn_conv_kernel<<<(unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, c->stream>>>(*s, n, C, u, u_ld,
-                                                                                                     r, y);
+    dr_launch(c->pdl, gdn_conv_kernel<decltype(r)>, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0,
+              c->stream, *s, n, C, u, u_ld, r, y);
     return dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
 }
 
@@ -71,6 +72,7 @@ template <class R>
 __global__ void __launch_bounds__(REC_THREADS)
 gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y, const float *z, int64_t z_ld,
                  float *a, float *b, int64_t ab_ld, R rows, float *o) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ float qv[DR_CUDA_GDN_MAX_DK], kv[DR_CUDA_GDN_MAX_DK];
     __shared__ double sh[32];
     const int h = blockIdx.x, j = threadIdx.x >> 1, half = threadIdx.x & 1, dk = s.dk, dv = s.dv;
@@ -171,7 +173,8 @@ extern "C" drama_status dr_cuda_gdn_recur(dr_cuda *c, const dr_cuda_gdn_shape *s
     int threads = (2 * s->dv + 31) / 32 * 32;
     dim3 grid((unsigned)s->nv, one_session ? 1u : (unsigned)n);
     rows_arr r = {NULL, NULL, state, skip};
-    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, one_session, y, z, z_ld, (float *)a, (float *)b, ab_ld, r, o);
+    dr_launch(c->pdl, gdn_recur_kernel<decltype(r)>, grid, threads, 0, c->stream, *s, n, one_session, y, z, z_ld,
+              (float *)a, (float *)b, ab_ld, r, o);
     return dr_cuda_check(cudaGetLastError(), "deltanet recurrence launch", err);
 }
 
@@ -187,12 +190,14 @@ drama_status dr_cuda_seam_deltanet(dr_cuda *c, const dr_cuda_gdn_shape *s, const
                        DR_CUDA_GDN_MAX_DK, DR_CUDA_GDN_MAX_DV);
     int64_t C = 2 * (int64_t)s->nk * s->dk + (int64_t)s->nv * s->dv;
     rows_seq r = {rows, layer};
-    gdn_conv_kernel<<<(unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, c->stream>>>(*s, n, C, u, C, r, y);
+    dr_launch(c->pdl, gdn_conv_kernel<decltype(r)>, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0,
+              c->stream, *s, n, C, u, C, r, y);
     drama_status st = dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
     if (st) return st;
     int threads = (2 * s->dv + 31) / 32 * 32;
     (void)one_session; /* the runs of one sequence are found on the device (mode 2) */
     dim3 grid((unsigned)s->nv, (unsigned)n);
-    gdn_recur_kernel<<<grid, threads, 0, c->stream>>>(*s, n, 2, y, NULL, 0, a, b, s->nv, r, out);
+    dr_launch(c->pdl, gdn_recur_kernel<decltype(r)>, grid, threads, 0, c->stream, *s, n, 2, y, nullptr, 0, a, b, s->nv,
+              r, out);
     return dr_cuda_check(cudaGetLastError(), "deltanet recurrence launch", err);
 }

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
     const mv_job &J = b.job[blockIdx.y];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int64_t row0 = J.r0 + (int64_t)blockIdx.x * GM_ROWS;
+    pdl_trigger();
     if (row0 >= J.r1) return; /* the whole block */
     const int64_t ra = row0 + g, rb = row0 + g + 8, K = J.cols;
     const bool oka = ra < J.r1, okb = rb < J.r1;
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
             A[u] = (k < K && oka) ? ld_stream(wa + k * 2) : z4;
             B[u] = (k < K && okb) ? ld_stream(wb + k * 2) : z4;
         }
+        if (n0 == 0) pdl_wait(); /* the first weight tile is in flight; x and y after */
         for (; kp * GM_SUB * 32 < K; kp += GM_WARPS) {
 #pragma unroll
             for (int u = 0; u < GM_SUB; u++) {
@@ -152,8 +154,8 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
 
 template <int DEFECT> static void launch(const mv_batch *b, cudaStream_t s) {
     dim3 grid((unsigned)((b->max_rows + GM_ROWS - 1) / GM_ROWS), (unsigned)b->count);
-    if (b->max_n <= 32) gemm_bf16_kernel<4, DEFECT><<<grid, GM_WARPS * 32, 0, s>>>(*b);
-    else gemm_bf16_kernel<8, DEFECT><<<grid, GM_WARPS * 32, 0, s>>>(*b);
+    if (b->max_n <= 32) dr_launch(b->pdl, gemm_bf16_kernel<4, DEFECT>, grid, GM_WARPS * 32, 0, s, *b);
+    else dr_launch(b->pdl, gemm_bf16_kernel<8, DEFECT>, grid, GM_WARPS * 32, 0, s, *b);
 }
 
 extern "C" int dr_cuda_gemm_ok(const dr_cuda_job *j) {
@@ -190,6 +192,7 @@ extern "C" drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, 
             if (q->n > bp->max_n) bp->max_n = q->n;
         }
         if (bp->count && (bp->count == DR_CUDA_MAX_BATCH || i == count)) {
+            bp->pdl = c->pdl;
             if (defect == DR_CUDA_GEMM_DEFECT_NO_LO) launch<DR_CUDA_GEMM_DEFECT_NO_LO>(bp, c->stream);
             else if (defect == DR_CUDA_GEMM_DEFECT_SWAP_K) launch<DR_CUDA_GEMM_DEFECT_SWAP_K>(bp, c->stream);
             else launch<DR_CUDA_GEMM_EXACT>(bp, c->stream);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/pdl.cuh"
 
 #define WARPS_PER_BLOCK 4
 #define UNROLL 4
@@ -247,6 +248,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) matvec_kernel(const __gr
     const mv_job &J = b.job[blockIdx.y];
     const int lane = threadIdx.x & 31;
     const int64_t row = J.r0 + (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    pdl_enter(); /* no preamble: any before the wait (loads, an L2 prefetch) made ptxas spill */
     if (row >= J.r1) return; /* whole warps leave together: the shuffles below stay full */
     const uint8_t *wrow = J.data + row * J.pitch;
     const int64_t nfull = J.cols / EPC;            /* chunks without a ragged end */
@@ -380,6 +382,7 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     const mv_job &J = b.job[blockIdx.y];
     const int wpb = blockDim.x >> 5;
     const int64_t row0 = J.r0 + (int64_t)blockIdx.x * wpb;
+    pdl_trigger();
     if ((int)blockIdx.x >= J.pblocks || row0 >= J.r1 || J.n < 1) return; /* the whole block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t stride = (int64_t)J.pblocks * wpb;
@@ -388,7 +391,9 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     const int64_t nfull = J.cols / EPC, nch = (J.cols + EPC - 1) / EPC;
     uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
     if (live) mv1_load(J.data + row * J.pitch, lane, nch, va);
+    if (DEFECT != DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* the first batch is in flight; x after */
     mv1_stage<EPC, XT>(J, xs);
+    if (DEFECT == DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* planted: x read before the wait */
     if (J.norm) mv1_norm<DEFECT, EPC, XT>(J, xs); /* the norm fused into the staging (cuda_seam_ops.cu) */
     __syncthreads();
     if (!live) return;
@@ -475,14 +480,14 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
         if (b->xt) mv1_share_blocks<FMT, DEFECT, true>(&pb, wpb, smem, total_rows, &gx);
         else mv1_share_blocks<FMT, DEFECT, false>(&pb, wpb, smem, total_rows, &gx);
         dim3 g1(gx, (unsigned)b->count);
-        if (b->xt) matvec1_kernel<FMT, DEFECT, true><<<g1, wpb * 32, smem, stream>>>(pb);
-        else matvec1_kernel<FMT, DEFECT, false><<<g1, wpb * 32, smem, stream>>>(pb);
+        if (b->xt) dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, true>, g1, wpb * 32, smem, stream, pb);
+        else dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, false>, g1, wpb * 32, smem, stream, pb);
     } else if (n <= 1)
-        matvec_kernel<FMT, 1, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 1, DEFECT>, grid, block, 0, stream, *b);
     else if (n <= 4)
-        matvec_kernel<FMT, 4, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 4, DEFECT>, grid, block, 0, stream, *b);
     else
-        matvec_kernel<FMT, 16, DEFECT><<<grid, block, 0, stream>>>(*b);
+        dr_launch(b->pdl, matvec_kernel<FMT, 16, DEFECT>, grid, block, 0, stream, *b);
     return cudaGetLastError();
 }
 

@@ -181,6 +181,7 @@ __device__ __forceinline__ unsigned long long block_max_u64(unsigned long long v
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t *slot, int32_t *ids, int32_t *slots,
                  float *wsel, int layer, dev_status *st, dr_op_status *rst) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float probs[]; /* [E] */
     __shared__ double sh[32];
     __shared__ float shf[32];
@@ -261,6 +262,7 @@ moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t
 __global__ void __launch_bounds__(GU_WARPS * 32)
 gate_up_kernel(int mode, int64_t n, int k, const int32_t *slots, const moe_expert *experts, moe_expert fixed,
                int64_t I, int64_t Is, int64_t W, int64_t H, const float *x, float *act) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int lane = threadIdx.x & 31;
     const int64_t jy = blockIdx.y, r = (int64_t)blockIdx.x * GU_WARPS + (threadIdx.x >> 5);
     const moe_expert *ex = &fixed;
@@ -287,6 +289,7 @@ gate_up_kernel(int mode, int64_t n, int k, const int32_t *slots, const moe_exper
 __global__ void __launch_bounds__((MOE_MAX_TOPK + 1) * 32) moe_down_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, const float *sg,
                                 const moe_expert *experts, moe_expert shared, int64_t W, int64_t H, const float *act,
                                 float *out, int add) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ float yq[MOE_MAX_TOPK + 1];
     __shared__ int okq[MOE_MAX_TOPK + 1];
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
@@ -324,23 +327,23 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
                            {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL}};
     drama_status s = dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
-    moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream>>>(
-        w.scores, m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
+    dr_launch(c->pdl, moe_route_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream, w.scores,
+              m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0)
         return dr_cuda_check(moe_decode_launch(c->stream, m->down_fmt, n, m->topk, w.slots, w.wsel, w.sg, m->experts,
                                                m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect,
-                                               m->down_lean, c->xt),
+                                               m->down_lean, c->xt, c->pdl),
                              "MoE decode expert launches", err);
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     dim3 g1((unsigned)((wmax + GU_WARPS - 1) / GU_WARPS), (unsigned)(n * (m->topk + 1)));
-    gate_up_kernel<<<g1, GU_WARPS * 32, 0, c->stream>>>(0, n, m->topk, w.slots, m->experts, m->shared, m->I, m->Is, m->W,
-                                                        m->H, x, w.act);
+    dr_launch(c->pdl, gate_up_kernel, g1, GU_WARPS * 32, 0, c->stream, 0, n, m->topk, w.slots, m->experts, m->shared,
+              m->I, m->Is, m->W, m->H, x, w.act);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE gate/up launch", err))) return s;
     dim3 g2((unsigned)m->H, (unsigned)n);
-    moe_down_kernel<<<g2, (m->topk + 1) * 32, 0, c->stream>>>(n, m->topk, w.slots, w.wsel, w.sg, m->experts, m->shared,
-                                                              m->W, m->H, w.act, out, add);
+    dr_launch(c->pdl, moe_down_kernel, g2, (m->topk + 1) * 32, 0, c->stream, n, m->topk, w.slots, w.wsel, w.sg,
+              m->experts, m->shared, m->W, m->H, w.act, out, add);
     return dr_cuda_check(cudaGetLastError(), "MoE down launch", err);
 }
 
@@ -375,6 +378,7 @@ extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *
     f.up = dr_cuda_weight_view(up);
     f.gate.x_vec = f.up.x_vec = (gate->cols % 4 == 0) && ((uintptr_t)x % 16 == 0);
     dim3 g((unsigned)((gate->rows + GU_WARPS - 1) / GU_WARPS), (unsigned)n);
-    gate_up_kernel<<<g, GU_WARPS * 32, 0, c->stream>>>(1, n, 0, NULL, NULL, f, gate->rows, 0, gate->rows, gate->cols, x, act);
+    dr_launch(c->pdl, gate_up_kernel, g, GU_WARPS * 32, 0, c->stream, 1, n, 0, nullptr, nullptr, f, gate->rows, 0,
+              gate->rows, gate->cols, x, act);
     return dr_cuda_check(cudaGetLastError(), "SwiGLU launch", err);
 }

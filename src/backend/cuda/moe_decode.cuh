@@ -93,6 +93,12 @@ gate_up_decode_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *
     extern __shared__ float4 gx4[];
     const int lane = threadIdx.x & 31;
     const int64_t jy = blockIdx.y, r = (int64_t)blockIdx.x * GU2_WARPS + (threadIdx.x >> 5);
+    pdl_trigger();
+    if (jy >= n * k && r < Is) { /* the shared expert's rows are constants (the routed ids are not yet) */
+        pdl_prefetch_row(shared.gate.data + r * shared.gate.pitch, shared.gate.pitch, lane);
+        pdl_prefetch_row(shared.up.data + (shared.up_row0 + r) * shared.up.pitch, shared.up.pitch, lane);
+    }
+    pdl_wait();
     const moe_expert *ex = &shared;
     int64_t row, width = I;
     if (jy < n * k) {
@@ -182,6 +188,7 @@ __global__ void __launch_bounds__(2 * DN_OUT * 32)
 moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, const float *wsel, const float *sg,
                        const moe_expert *experts, moe_expert shared, int64_t I, int64_t W, int64_t H, const float *act,
                        float *out, int add, int defect) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ float routed[DN_OUT], shared_y[DN_OUT];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int64_t i = blockIdx.y, h = (int64_t)blockIdx.x * DN_OUT + (w % DN_OUT);
@@ -212,42 +219,45 @@ moe_down_decode_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, c
 
 /* The two expert launches (x staged as XT says) */
 template <bool XT>
-static cudaError_t moe_decode_launch_xt(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
-                                        const float *wsel, const float *sg, const moe_expert *experts,
-                                        const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
-                                        const float *x, float *act, float *out, int add, int defect, int lean) {
+static cudaError_t moe_decode_launch_xt(cudaStream_t stream, int pdl, int routed_fmt, int64_t n, int k,
+                                        const int32_t *slots, const float *wsel, const float *sg,
+                                        const moe_expert *experts, const moe_expert &shared, int64_t I, int64_t Is,
+                                        int64_t W, int64_t H, const float *x, float *act, float *out, int add,
+                                        int defect, int lean) {
     int64_t wmax = I > Is ? I : Is;
     dim3 g1((unsigned)((wmax + GU2_WARPS - 1) / GU2_WARPS), (unsigned)(n * (k + 1)));
     const size_t smem = XT ? (size_t)xt_floats<32>(H) * sizeof(float) : 0;
-    gate_up_decode_kernel<XT><<<g1, GU2_WARPS * 32, smem, stream>>>(n, k, slots, experts, shared, I, Is, W, H, x, act,
-                                                                    defect);
+    dr_launch(pdl, gate_up_decode_kernel<XT>, g1, GU2_WARPS * 32, smem, stream, n, k, slots, experts, shared, I, Is, W,
+              H, x, act, defect);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 g2((unsigned)((H + DN_OUT - 1) / DN_OUT), (unsigned)n);
     if (lean && defect == 3)
-        moe_down_lean_kernel<3, XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
-                                                                         shared, I, W, H, act, out, add, defect);
+        dr_launch(pdl, moe_down_lean_kernel<3, XT>, g2, 2 * DN_OUT * 32, 0, stream, n, k, routed_fmt, slots, wsel, sg,
+                  experts, shared, I, W, H, act, out, add, defect);
     else if (lean)
-        moe_down_lean_kernel<0, XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
-                                                                         shared, I, W, H, act, out, add, defect);
+        dr_launch(pdl, moe_down_lean_kernel<0, XT>, g2, 2 * DN_OUT * 32, 0, stream, n, k, routed_fmt, slots, wsel, sg,
+                  experts, shared, I, W, H, act, out, add, defect);
     else
-        moe_down_decode_kernel<XT><<<g2, 2 * DN_OUT * 32, 0, stream>>>(n, k, routed_fmt, slots, wsel, sg, experts,
-                                                                       shared, I, W, H, act, out, add, defect);
+        dr_launch(pdl, moe_down_decode_kernel<XT>, g2, 2 * DN_OUT * 32, 0, stream, n, k, routed_fmt, slots, wsel, sg,
+                  experts, shared, I, W, H, act, out, add, defect);
     return cudaGetLastError();
 }
 
 /* The two expert launches for n <= MOE_DECODE_MAX_N rows; routed_fmt: the routed experts' one down
  * format (moe.cu checked it and the widths); lean: the down kernel at <= 128 registers; xt: the
- * transposed layouts (DRAMA_CUDA_XT; only while x [H] fits 48 KiB of shared memory). */
+ * transposed layouts (DRAMA_CUDA_XT; only while x [H] fits 48 KiB of shared memory); pdl: the
+ * context's (pdl.cuh). */
 static cudaError_t moe_decode_launch(cudaStream_t stream, int routed_fmt, int64_t n, int k, const int32_t *slots,
                                      const float *wsel, const float *sg, const moe_expert *experts,
                                      const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H,
-                                     const float *x, float *act, float *out, int add, int defect, int lean, int xt) {
+                                     const float *x, float *act, float *out, int add, int defect, int lean, int xt,
+                                     int pdl) {
     if (xt && H <= MV1_MAX_COLS)
-        return moe_decode_launch_xt<true>(stream, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H, x,
-                                          act, out, add, defect, lean);
-    return moe_decode_launch_xt<false>(stream, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H, x, act,
-                                       out, add, defect, lean);
+        return moe_decode_launch_xt<true>(stream, pdl, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H,
+                                          x, act, out, add, defect, lean);
+    return moe_decode_launch_xt<false>(stream, pdl, routed_fmt, n, k, slots, wsel, sg, experts, shared, I, Is, W, H, x,
+                                       act, out, add, defect, lean);
 }
 
 #endif

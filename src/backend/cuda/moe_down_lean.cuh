@@ -70,6 +70,10 @@ moe_down_lean_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, con
     __shared__ mv_job sj[MOE_MAX_TOPK];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int64_t i = blockIdx.y, h = (int64_t)blockIdx.x * DN_OUT + (w % DN_OUT);
+    pdl_trigger();
+    if (h < H && w >= DN_OUT) /* the shared expert's down row is a constant (the routed slots are not yet) */
+        pdl_prefetch_row(shared.down.data + h * shared.down.pitch, shared.down.pitch, lane);
+    pdl_wait();
     if (threadIdx.x < k) { /* rank q's down weight and SwiGLU row, for every warp of the block */
         const int q = threadIdx.x, s = slots[i * k + q];
         mv_job J = experts[s >= 0 ? s : 0].down;

@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
 moe_gu_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart,
                      const int32_t *ucount, const int32_t *pairs, const moe_expert *experts, moe_expert shared, int64_t I,
                      int64_t Is, int64_t W, int64_t H, const float *x, float *act) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float4 gs4[];
     float *xs = reinterpret_cast<float *>(gs4);
     grp_sel s;
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
 moe_down_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart,
                        const int32_t *ucount, const int32_t *pairs, const moe_expert *experts, moe_expert shared,
                        int64_t I, int64_t Is, int64_t W, int64_t H, const float *act, float *ydn) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float4 gs4[];
     float *xs = reinterpret_cast<float *>(gs4);
     grp_sel s;
@@ -259,6 +261,7 @@ struct gs_args {
     const moe_expert *experts;
     moe_expert shared;
     int64_t I, Is, W, H;
+    int pdl; /* the context's (pdl.cuh) */
 };
 
 template <int FMT>
@@ -266,14 +269,12 @@ static void gs_launch_fmt(const gs_args &a, bool down, int64_t u0x, int64_t nu, 
     const int64_t wmax = a.I > a.Is ? a.I : a.Is;
     if (!down) {
         dim3 g((unsigned)((wmax + GS_WARPS * GS_GU_ROWS - 1) / (GS_WARPS * GS_GU_ROWS)), (unsigned)nu);
-        moe_gu_staged_kernel<FMT><<<g, GS_WARPS * 32, gs_smem(a.H), st>>>(a.defect, u0x, a.n, a.k, a.umax, a.used, a.ustart,
-                                                                          a.ucount, a.pairs, a.experts, a.shared, a.I, a.Is,
-                                                                          a.W, a.H, in, out);
+        dr_launch(a.pdl, moe_gu_staged_kernel<FMT>, g, GS_WARPS * 32, gs_smem(a.H), st, a.defect, u0x, a.n, a.k, a.umax,
+                  a.used, a.ustart, a.ucount, a.pairs, a.experts, a.shared, a.I, a.Is, a.W, a.H, in, out);
     } else {
         dim3 g((unsigned)((a.H + GS_WARPS * GS_DN_ROWS - 1) / (GS_WARPS * GS_DN_ROWS)), (unsigned)nu);
-        moe_down_staged_kernel<FMT><<<g, GS_WARPS * 32, gs_smem(wmax), st>>>(a.defect, u0x, a.n, a.k, a.umax, a.used,
-                                                                             a.ustart, a.ucount, a.pairs, a.experts, a.shared,
-                                                                             a.I, a.Is, a.W, a.H, in, out);
+        dr_launch(a.pdl, moe_down_staged_kernel<FMT>, g, GS_WARPS * 32, gs_smem(wmax), st, a.defect, u0x, a.n, a.k,
+                  a.umax, a.used, a.ustart, a.ucount, a.pairs, a.experts, a.shared, a.I, a.Is, a.W, a.H, in, out);
     }
 }
 

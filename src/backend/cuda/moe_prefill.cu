@@ -21,6 +21,7 @@
 __global__ void __launch_bounds__(BUCKET_THREADS)
 moe_bucket_kernel(int64_t npairs, int n_kept, const int32_t *slots, int32_t *used, int32_t *ustart, int32_t *ucount,
                   int32_t *pairs) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ int bsm[]; /* cnt [n_kept] | fill [n_kept] */
     int *cnt = bsm, *fill = bsm + n_kept;
     for (int e = threadIdx.x; e < n_kept; e += blockDim.x) cnt[e] = 0;
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(GRP_WARPS * 32)
 moe_gu_grouped_kernel(int defect, int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart, const int32_t *ucount,
                       const int32_t *pairs, const moe_expert *experts, moe_expert shared, int64_t I, int64_t Is,
                       int64_t W, int64_t H, const float *x, float *act) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * GRP_WARPS + (threadIdx.x >> 5);
     grp_sel s;
@@ -183,6 +185,7 @@ __global__ void __launch_bounds__(GRP_WARPS * 32)
 moe_down_grouped_kernel(int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart, const int32_t *ucount,
                         const int32_t *pairs, const moe_expert *experts, moe_expert shared, int64_t W, int64_t H,
                         const float *act, float *ydn) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int lane = threadIdx.x & 31;
     const int64_t h = (int64_t)blockIdx.x * GRP_WARPS + (threadIdx.x >> 5);
     grp_sel s;
@@ -214,6 +217,7 @@ moe_down_grouped_kernel(int64_t n, int k, int64_t umax, const int32_t *used, con
 __global__ void __launch_bounds__(COMBINE_THREADS)
 moe_combine_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, const float *sg, const float *ydn, int64_t H,
                    float *out, int add) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const int64_t i = blockIdx.y, h = (int64_t)blockIdx.x * COMBINE_THREADS + threadIdx.x;
     if (h >= H) return;
     float o = 0.0f;
@@ -234,8 +238,8 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
     const int64_t umax = npairs < m->n_kept ? npairs : m->n_kept;
     if (umax + 1 > 65535) return dr_fail(err, DRAMA_EUNSUPPORTED, "CUDA MoE grouped: %lld experts", (long long)umax);
     drama_status s;
-    moe_bucket_kernel<<<1, BUCKET_THREADS, (size_t)2 * m->n_kept * sizeof(int), c->stream>>>(
-        npairs, m->n_kept, w->slots, w->used, w->ustart, w->ucount, w->pairs);
+    dr_launch(c->pdl, moe_bucket_kernel, 1, BUCKET_THREADS, (size_t)2 * m->n_kept * sizeof(int), c->stream, npairs,
+              m->n_kept, w->slots, w->used, w->ustart, w->ucount, w->pairs);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE bucket launch", err))) return s;
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     /* the staged kernels (moe_grouped_staged.cuh): one routed format per weight kind, whole chunks, a tile in 48 KiB */
@@ -243,7 +247,7 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
                         gs_smem(m->H) <= GS_SMEM_MAX && gs_smem(wmax) <= GS_SMEM_MAX;
     if (staged) { /* routed experts then the shared one, each kind in its format: four launches */
         const gs_args ga = {m->group_defect, n, m->topk, umax, w->used, w->ustart, w->ucount, w->pairs, m->experts,
-                            m->shared, m->I, m->Is, m->W, m->H};
+                            m->shared, m->I, m->Is, m->W, m->H, c->pdl};
         cudaError_t e = gs_launch(m->gate_fmt, ga, false, 0, umax, x, w->act, c->stream);
         if (e == cudaSuccess) e = gs_launch(m->shared.gate.fmt, ga, false, umax, 1, x, w->act, c->stream);
         if ((s = dr_cuda_check(e, "MoE staged gate/up launch", err))) return s;
@@ -252,18 +256,16 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
         if ((s = dr_cuda_check(e, "MoE staged down launch", err))) return s;
     } else {
         dim3 g1((unsigned)((wmax + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
-        moe_gu_grouped_kernel<<<g1, GRP_WARPS * 32, 0, c->stream>>>(m->group_defect, n, m->topk, umax, w->used, w->ustart,
-                                                                    w->ucount, w->pairs, m->experts, m->shared, m->I, m->Is,
-                                                                    m->W, m->H, x, w->act);
+        dr_launch(c->pdl, moe_gu_grouped_kernel, g1, GRP_WARPS * 32, 0, c->stream, m->group_defect, n, m->topk, umax,
+                  w->used, w->ustart, w->ucount, w->pairs, m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w->act);
         if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped gate/up launch", err))) return s;
         dim3 g2((unsigned)((m->H + GRP_WARPS - 1) / GRP_WARPS), (unsigned)(umax + 1));
-        moe_down_grouped_kernel<<<g2, GRP_WARPS * 32, 0, c->stream>>>(n, m->topk, umax, w->used, w->ustart, w->ucount,
-                                                                      w->pairs, m->experts, m->shared, m->W, m->H, w->act,
-                                                                      w->ydn);
+        dr_launch(c->pdl, moe_down_grouped_kernel, g2, GRP_WARPS * 32, 0, c->stream, n, m->topk, umax, w->used, w->ustart,
+                  w->ucount, w->pairs, m->experts, m->shared, m->W, m->H, w->act, w->ydn);
         if ((s = dr_cuda_check(cudaGetLastError(), "MoE grouped down launch", err))) return s;
     }
     dim3 g3((unsigned)((m->H + COMBINE_THREADS - 1) / COMBINE_THREADS), (unsigned)n);
-    moe_combine_kernel<<<g3, COMBINE_THREADS, 0, c->stream>>>(n, m->topk, w->slots, w->wsel, w->sg, w->ydn, m->H, out,
-                                                              add);
+    dr_launch(c->pdl, moe_combine_kernel, g3, COMBINE_THREADS, 0, c->stream, n, m->topk, w->slots, w->wsel, w->sg,
+              w->ydn, m->H, out, add);
     return dr_cuda_check(cudaGetLastError(), "MoE combine launch", err);
 }

@@ -37,6 +37,7 @@ extern "C" drama_status dr_cuda_status_check(dr_cuda *c, dr_cuda_status *dev, co
 
 __global__ void __launch_bounds__(NORM_THREADS) rms_norm_kernel(const float *x, int64_t x_ld, const float *w, double eps,
                                                                 int dim, float *y, int64_t y_ld) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     block_rms_norm(x + r * x_ld, w, eps, dim, y + r * y_ld, sh);
@@ -47,7 +48,7 @@ extern "C" drama_status dr_cuda_rms_norm(dr_cuda *c, const float *x, int64_t x_l
     if (n <= 0) return DRAMA_OK;
     if (!x || !y || dim <= 0 || dim > INT32_MAX || x_ld < dim || y_ld < dim)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_rms_norm: bad arguments (dim %lld)", (long long)dim);
-    rms_norm_kernel<<<(unsigned)n, NORM_THREADS, 0, c->stream>>>(x, x_ld, w, eps, (int)dim, y, y_ld);
+    dr_launch(c->pdl, rms_norm_kernel, (unsigned)n, NORM_THREADS, 0, c->stream, x, x_ld, w, eps, (int)dim, y, y_ld);
     return dr_cuda_check(cudaGetLastError(), "rms_norm launch", err);
 }
 
@@ -57,6 +58,7 @@ extern "C" drama_status dr_cuda_rms_norm(dr_cuda *c, const float *x, int64_t x_l
  * in double (token row first, then codebooks 0..n-1) and rounds once after the scale. */
 __global__ void __launch_bounds__(NORM_THREADS) embed_kernel(mv_job tok, mv_job codes, dr_cuda_embed_params p,
                                                              const int32_t *rows, float *x, dev_status *st) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float tmp[]; /* [H] */
     const int64_t r = blockIdx.x, H = tok.cols;
     const int32_t *row = rows + r * p.width;
@@ -125,7 +127,7 @@ extern "C" drama_status dr_cuda_embed(dr_cuda *c, const dr_cuda_weight *tok, con
     if (code_table) cj = dr_cuda_weight_view(code_table);
     size_t shm = (size_t)tok->cols * sizeof(float);
     if (shm > 48 * 1024) return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_embed: hidden %lld too wide", (long long)tok->cols);
-    embed_kernel<<<(unsigned)n, NORM_THREADS, shm, c->stream>>>(tj, cj, *p, rows, x, (dev_status *)st);
+    dr_launch(c->pdl, embed_kernel, (unsigned)n, NORM_THREADS, shm, c->stream, tj, cj, *p, rows, x, (dev_status *)st);
     return dr_cuda_check(cudaGetLastError(), "embed launch", err);
 }
 
@@ -134,6 +136,7 @@ extern "C" drama_status dr_cuda_embed(dr_cuda *c, const dr_cuda_weight *tok, con
 __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table, dr_cuda_tower_in p, const int32_t *codes,
                                                                    int64_t codes_ld, const uint8_t *mask, const float *h,
                                                                    float *x, dev_status *st, dr_op_status *rst, int layer) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float e[]; /* [de] */
     __shared__ double sh[32];
     const int64_t r = blockIdx.x, xw = (int64_t)p.de + p.dh;
@@ -171,8 +174,8 @@ static drama_status tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n
     size_t shm = (size_t)p->de * sizeof(float);
     if (shm > 48 * 1024) return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_tower_input: code width %d too wide", p->de);
     mv_job tj = dr_cuda_weight_view(p->code_table);
-    tower_input_kernel<<<(unsigned)n, NORM_THREADS, shm, c->stream>>>(tj, *p, codes, codes_ld, mask, h, x,
-                                                                      (dev_status *)st, rst, layer);
+    dr_launch(c->pdl, tower_input_kernel, (unsigned)n, NORM_THREADS, shm, c->stream, tj, *p, codes, codes_ld, mask, h,
+              x, (dev_status *)st, rst, layer);
     return dr_cuda_check(cudaGetLastError(), "tower input launch", err);
 }
 
@@ -191,6 +194,7 @@ extern "C" drama_status dr_cuda_tower_input_rows(dr_cuda *c, const dr_cuda_tower
 /* ---- guidance ---- */
 
 __global__ void guidance_kernel(const float *cond, const float *uncond, int64_t m, int64_t ld, float gamma, float *out) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     int64_t r = blockIdx.y;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
         float cv = cond[r * ld + i];
@@ -203,6 +207,6 @@ extern "C" drama_status dr_cuda_guidance(dr_cuda *c, const float *cond, const fl
     if (n <= 0 || m <= 0) return DRAMA_OK;
     if (!cond || !uncond || !out || ld < m) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_guidance: bad arguments");
     dim3 grid((unsigned)((m + 255) / 256 < 64 ? (m + 255) / 256 : 64), (unsigned)n);
-    guidance_kernel<<<grid, 256, 0, c->stream>>>(cond, uncond, m, ld, gamma, out);
+    dr_launch(c->pdl, guidance_kernel, grid, 256, 0, c->stream, cond, uncond, m, ld, gamma, out);
     return dr_cuda_check(cudaGetLastError(), "guidance launch", err);
 }

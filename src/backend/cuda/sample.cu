@@ -359,6 +359,7 @@ __device__ void draw_status(dr_op_status *st, int kind, int err, int arg, uint64
  * code joins the redraw window ---- */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ unsigned long long smem[];
     const int64_t i = blockIdx.x;
     sample_smem S = smem_layout(smem, n, n2);
@@ -413,13 +414,14 @@ extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *
     size_t shm = 0;
     drama_status s = launch_prep((const void *)sample_semantic_kernel, &attr_semantic, n_cand, &n2, &shm, err);
     if (s) return s;
-    sample_semantic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(lanes, n_cand, n2, io);
+    dr_launch(c->pdl, sample_semantic_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, n_cand, n2, io);
     return dr_cuda_check(cudaGetLastError(), "semantic sampler launch", err);
 }
 
 /* ---- the acoustic draw of codebook j for every live lane (dr_cpu_op_sample_acoustic) ---- */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *logits, int n, int n2, dr_step_io io) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ unsigned long long smem[];
     const int64_t i = blockIdx.x;
     dr_op_status *st = &io.status[i];
@@ -453,12 +455,14 @@ extern "C" drama_status dr_cuda_sample_acoustic(dr_cuda *c, const dr_step_lane *
     size_t shm = 0;
     drama_status s = launch_prep((const void *)sample_acoustic_kernel, &attr_acoustic, hv, &n2, &shm, err);
     if (s) return s;
-    sample_acoustic_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(lanes, codebook, logits, hv, n2, io);
+    dr_launch(c->pdl, sample_acoustic_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, codebook, logits, hv,
+              n2, io);
     return dr_cuda_check(cudaGetLastError(), "acoustic sampler launch", err);
 }
 
 /* ---- guidance over the lanes (dr_cpu_op_guidance) ---- */
 __global__ void lanes_guidance_kernel(const dr_step_lane *lanes, int n_cand) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     const dr_step_lane *L = &lanes[blockIdx.y];
     const float gamma = L->g->sp.cfg_gamma;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_cand; i += gridDim.x * blockDim.x) {
@@ -471,7 +475,7 @@ extern "C" drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *l
                                                drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     dim3 grid((unsigned)((n_cand + 255) / 256 < 32 ? (n_cand + 255) / 256 : 32), (unsigned)n);
-    lanes_guidance_kernel<<<grid, 256, 0, c->stream>>>(lanes, n_cand);
+    dr_launch(c->pdl, lanes_guidance_kernel, grid, 256, 0, c->stream, lanes, n_cand);
     return dr_cuda_check(cudaGetLastError(), "guidance launch", err);
 }
 
@@ -479,6 +483,7 @@ extern "C" drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *l
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_raw_kernel(const float *logits, int64_t ld, int n, int n2, draw_spec sp, const double *u, int32_t *out,
                   dev_status *st) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ unsigned long long smem[];
     const int64_t i = blockIdx.x;
     sample_smem S = smem_layout(smem, n, n2);
@@ -499,13 +504,14 @@ extern "C" drama_status dr_cuda_sample_raw(dr_cuda *c, const float *logits, int6
     drama_status s = launch_prep((const void *)sample_raw_kernel, &attr_raw, n_cand, &n2, &shm, err);
     if (s) return s;
     draw_spec sp = {temperature, top_p, top_k, (rule & 1) == 0, (rule & 2) != 0};
-    sample_raw_kernel<<<(unsigned)n, SAMPLE_THREADS, shm, c->stream>>>(logits, ld, n_cand, n2, sp, u, out,
-                                                                      (dev_status *)st);
+    dr_launch(c->pdl, sample_raw_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, logits, ld, n_cand, n2, sp, u,
+              out, (dev_status *)st);
     return dr_cuda_check(cudaGetLastError(), "sampler launch", err);
 }
 
 /* ---- the contract's check of dr_expf_det on the device ---- */
 __global__ void expf_eval_kernel(const float *x, int64_t n, float *y, int device_expf) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = device_expf ? expf(x[i]) : dr_expf_det(x[i]);
 }
@@ -513,7 +519,7 @@ __global__ void expf_eval_kernel(const float *x, int64_t n, float *y, int device
 extern "C" drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float *y, int device_expf,
                                               drama_error *err) {
     if (n <= 0) return DRAMA_OK;
-    expf_eval_kernel<<<1024, 256, 0, c->stream>>>(x, n, y, device_expf);
+    dr_launch(c->pdl, expf_eval_kernel, 1024, 256, 0, c->stream, x, n, y, device_expf);
     return dr_cuda_check(cudaGetLastError(), "expf_det launch", err);
 }
 
