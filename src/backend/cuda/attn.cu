@@ -217,11 +217,11 @@ attn_split_kernel(dr_cuda_attn_shape s, const float *q, int64_t q_ld, int64_t q_
     const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit);
     const int c0 = split * chunk, c1 = min(npos, c0 + chunk), G = s.nh / s.nkv, hd = s.hd;
     const int64_t kvd = (int64_t)s.nkv * hd;
+    const float *kb = rows.k(i) + (int64_t)m * hd, *vb = rows.v(i) + (int64_t)m * hd; /* read with the position */
     if (c0 >= c1) return; /* the merge counts only the splits that hold positions */
     double *w = wsm;
     float *qs = (float *)(wsm + (size_t)G * ATT_P), *stg = qs + G * hd;
     const int stg_n = ATT_SUB * hd; /* floats per staging buffer */
-    const float *kb = rows.k(i) + (int64_t)m * hd, *vb = rows.v(i) + (int64_t)m * hd;
     const bool vec = (hd & 3) == 0 && !(((uintptr_t)kb | (uintptr_t)vb) & 15);
     /* q of the G heads and the first K sub-tile: the first commit group */
     const float *qb = q + i * q_ld + (int64_t)(m * G) * q_hs;
@@ -365,9 +365,10 @@ attn_merge_kernel(dr_cuda_attn_shape s, R rows, int nsplit, const double *ws_ml,
     __shared__ double mk[ATT_MAX_SPLIT], lk[ATT_MAX_SPLIT], fk[ATT_MAX_SPLIT];
     const int j = blockIdx.x;
     const int64_t i = blockIdx.y;
-    const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit), used = (npos + chunk - 1) / chunk;
     const double *ml = ws_ml + (i * s.nh + j) * nsplit * 2;
-    if (threadIdx.x < used) mk[threadIdx.x] = ml[2 * threadIdx.x], lk[threadIdx.x] = ml[2 * threadIdx.x + 1];
+    /* every split's pair, loaded with the position (only the used ones are read) */
+    if (threadIdx.x < nsplit) mk[threadIdx.x] = ml[2 * threadIdx.x], lk[threadIdx.x] = ml[2 * threadIdx.x + 1];
+    const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit), used = (npos + chunk - 1) / chunk;
     __syncthreads();
     double M = -INFINITY;
     for (int k = 0; k < used; k++) M = fmax(M, mk[k]);
