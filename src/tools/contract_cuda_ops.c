@@ -53,7 +53,7 @@ static const char *const co_precision[CO_COUNT] = {
     "one fixed double sequence (num/expf_det.h): device bits == host bits, and within 1 ulp of exp",
 };
 
-enum { CC_NONE = 0, CC_NO_EPS, CC_NO_SCALE, CC_SWAP_CONCAT, CC_GAMMA_SIGN, CC_PAIRING, CC_DROP_LAST, CC_DEVICE_EXPF };
+enum { CC_NONE = 0, CC_NO_EPS, CC_NO_SCALE, CC_SWAP_CONCAT, CC_GAMMA_SIGN, CC_PAIRING, CC_DROP_LAST, CC_DEVICE_EXPF, CC_STAGE_NEXT_V };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -584,9 +584,11 @@ static void attn_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, 
     dr_cuda_attn_shape sh = {nh, nkv, hd, 0, 0, NULL, NULL, NULL, 1e-6, 1.0 / sqrt((double)hd)};
     size_t wsb = dr_cuda_attn_ws_bytes(&sh, n, fx->max_pos);
     void *ws = cu_alloc(t, wsb);
+    dr_cuda_attn_plant_defect(k->control == CC_STAGE_NEXT_V);
     if (!t->failed)
         cu_call(t, dr_cuda_attn(t->c, &sh, n, dq, dpos, (float *const *)dkc, (float *const *)dvc, fx->max_pos,
                                 fx->gated ? dg : NULL, (int64_t)nh * hd, hd, ws, wsb, dy, &t->err));
+    dr_cuda_attn_plant_defect(0);
     cu_get(t, y, dy, (size_t)no * 4);
     char name[128];
     snprintf(name, sizeof name, "%s nh=%d nkv=%d hd=%d %s n_pos=%d%s%s max_pos=%lld",
@@ -609,6 +611,8 @@ static void check_attn(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
         {4, 2, 64, 2, 0, 1, 0, {1, 600}, 1024},      {8, 1, 33, 2, 0, 0, 0, {3, 257}, 300},
         {2, 2, 256, 4, 1, 1, 0, {38}, 64},           {16, 2, 256, 1, 0, 1, 0, {1000}, 4096},
         {1, 1, 16, 1, 0, 0, 1, {4096}, 4096},        {2, 1, 8, 2, 0, 0, 2, {5, 9}, 16},
+        /* 32 splits of 320 positions: two tiles per block, the second of two staged sub-tiles */
+        {4, 2, 64, 1, 0, 1, 0, {10000}, 10240},
     };
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) attn_case(k, &t, res, &s, &fx[i]);
     cu_close(&t);
@@ -752,6 +756,7 @@ int ct_cuda_ops_controls(ct_kernel *out, int max) {
         {CO_GUIDE, CC_GAMMA_SIGN, "device: gamma with the wrong sign"},
         {CO_PREP, CC_PAIRING, "device: the other RoPE pairing"},
         {CO_ATTN, CC_DROP_LAST, "device: newest cache position left out"},
+        {CO_ATTN, CC_STAGE_NEXT_V, "device: each staged V row taken from the next position"},
         {CO_EXPF, CC_DEVICE_EXPF, "device: the device's expf instead of dr_expf_det"},
     };
     int n = 0;

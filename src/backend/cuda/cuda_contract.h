@@ -59,6 +59,10 @@ drama_status dr_cuda_pdl_order_check(dr_cuda *c, const float *src, float *dst, i
  * planted control: close, but not the same bits). x, y device pointers. */
 drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float *y, int device_expf, drama_error *err);
 
+/* The split attention (attn.cu) with a planted defect from then on, for every context: 1 = each V
+ * row of the shared-memory staging loop copied from the next position; 0 = the real kernel. */
+void dr_cuda_attn_plant_defect(int defect);
+
 /* The MoE layer's grouped path (moe_prefill.cu) with a planted defect: 1 = each expert's pairs past
  * the first tile are dropped (inside the gate/up kernel's tile loop); 0 = the real kernel. */
 struct dr_cuda_moe;

@@ -54,14 +54,30 @@ extern "C" drama_status dr_cuda_gdn_conv(dr_cuda *c, const dr_cuda_gdn_shape *s,
     return dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
 }
 
-/* x[0..d) *= fp32(1 / sqrt(sum x^2 + eps)) * scale, by the whole block (dr_op_l2norm) */
-__device__ __forceinline__ void block_l2norm(float *x, int d, float scale, double *sh) {
-    double ss = 0.0;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) ss += (double)x[e] * (double)x[e];
-    ss = block_sum_d(ss, sh);
-    float r = fmul((float)(1.0 / sqrt(ss + (double)1e-6f)), scale);
-    __syncthreads(); /* every thread has read x before anyone rescales it */
-    for (int e = threadIdx.x; e < d; e += blockDim.x) x[e] = fmul(x[e], r);
+/* x[0..d) *= fp32(1 / sqrt(sum x^2 + eps)) * scale (dr_op_l2norm) for x = q (scale qscale) and
+ * x = k (scale 1), by the whole block; the two sums share the barriers of one reduction, each with
+ * block_sum_d's tree, so the values are those of two separate norms. sh: 64 doubles. */
+__device__ __forceinline__ void block_l2norm_qk(float *q, float *k, int d, float qscale, double *sh) {
+    double sq = 0.0, sk = 0.0;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        sq += (double)q[e] * (double)q[e];
+        sk += (double)k[e] * (double)k[e];
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    sq = warp_sum_d(sq);
+    sk = warp_sum_d(sk);
+    __syncthreads(); /* sh may still be read by a previous reduction */
+    if (lane == 0) sh[w] = sq, sh[32 + w] = sk;
+    __syncthreads();
+    sq = warp_sum_d(lane < nw ? sh[lane] : 0.0);
+    sk = warp_sum_d(lane < nw ? sh[32 + lane] : 0.0);
+    const float rq = fmul((float)(1.0 / sqrt(sq + (double)1e-6f)), qscale);
+    const float rk = fmul((float)(1.0 / sqrt(sk + (double)1e-6f)), 1.0f);
+    __syncthreads(); /* every thread has read q and k before anyone rescales them */
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        q[e] = fmul(q[e], rq);
+        k[e] = fmul(k[e], rk);
+    }
     __syncthreads();
 }
 
@@ -74,7 +90,7 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
                  float *a, float *b, int64_t ab_ld, R rows, float *o) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ float qv[DR_CUDA_GDN_MAX_DK], kv[DR_CUDA_GDN_MAX_DK];
-    __shared__ double sh[32];
+    __shared__ double sh[64];
     const int h = blockIdx.x, j = threadIdx.x >> 1, half = threadIdx.x & 1, dk = s.dk, dv = s.dv;
     /* one_session 1: every row, 0: row blockIdx.y alone; 2: the run of consecutive rows of one
      * sequence that starts at row blockIdx.y (blocks inside a run leave: its first block owns it) */
@@ -88,6 +104,7 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
     const float qscale = fdiv(1.0f, __fsqrt_rn((float)dk));
     float *S = rows.rec(i0) + (int64_t)h * dk * dv;
     const bool col = j < dv;
+    const float neg_a = s.neg_A[h], dt_bias = s.dt_bias[h]; /* the head's constants, read once */
     float st[GDN_ROWS];
 #pragma unroll
     for (int ee = 0; ee < GDN_ROWS; ee++) {
@@ -100,15 +117,17 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
             if (col && !half) o[i * vd + (int64_t)h * dv + j] = 0.0f;
             continue;
         }
+        /* the row's gate inputs and v value are read with q and k, not after the norms' barriers */
+        const float a_in = a[i * ab_ld + h], b_in = b[i * ab_ld + h];
+        const float vj = col ? yi[2 * qk + (int64_t)h * dv + j] : 0.0f;
         for (int e = threadIdx.x; e < dk; e += blockDim.x) {
             qv[e] = yi[(int64_t)kh * dk + e];
             kv[e] = yi[qk + (int64_t)kh * dk + e];
         }
         __syncthreads();
-        block_l2norm(qv, dk, qscale, sh);
-        block_l2norm(kv, dk, 1.0f, sh);
-        float g = fmul(s.neg_A[h], dsoftplus(fadd(a[i * ab_ld + h], s.dt_bias[h])));
-        float beta = dsigmoid(b[i * ab_ld + h]);
+        block_l2norm_qk(qv, kv, dk, qscale, sh);
+        float g = fmul(neg_a, dsoftplus(fadd(a_in, dt_bias)));
+        float beta = dsigmoid(b_in);
         if (R::gates_out) { /* the seam's op leaves g and beta in a and b (dr_op_gdn_gates in place) */
             __syncthreads(); /* every thread has read a and b */
             if (threadIdx.x == 0) a[i * ab_ld + h] = g, b[i * ab_ld + h] = beta;
@@ -123,7 +142,7 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
             }
         }
         m = fadd(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-        float dlt = col ? fmul(fsub(yi[2 * qk + (int64_t)h * dv + j], m), beta) : 0.0f;
+        float dlt = col ? fmul(fsub(vj, m), beta) : 0.0f;
         float oj = 0.0f;
 #pragma unroll
         for (int ee = 0; ee < GDN_ROWS; ee++) {

@@ -35,12 +35,48 @@ extern "C" drama_status dr_cuda_status_check(dr_cuda *c, dr_cuda_status *dev, co
 
 /* ---- rms norm ---- */
 
+/* Rows up to NORM_REG * NORM_THREADS wide keep their elements in registers: thread t holds
+ * elements t + k NORM_THREADS, loaded (row and weights) all at once before the reduction instead
+ * of the weights after it. The sum, r and the products are block_rms_norm's, in its order. */
+#define NORM_REG 8
+
+__device__ __forceinline__ void reg_load(const float *x, int n, float fill, float *v) {
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        const int i = threadIdx.x + k * NORM_THREADS;
+        v[k] = x && i < n ? x[i] : fill;
+    }
+}
+
+/* y = block_rms_norm(x, w) with x in xv and w in wv (has_w: w != NULL); x and y may alias */
+__device__ __forceinline__ void reg_rms_norm(const float *xv, const float *wv, bool has_w, double eps, int n, float *y,
+                                             double *sh) {
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++)
+        if (threadIdx.x + k * NORM_THREADS < n) ss += (double)xv[k] * (double)xv[k];
+    ss = block_sum_d(ss, sh);
+    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        const int i = threadIdx.x + k * NORM_THREADS;
+        if (i < n) y[i] = has_w ? fmul(fmul(xv[k], r), wv[k]) : fmul(xv[k], r);
+    }
+}
+
 __global__ void __launch_bounds__(NORM_THREADS) rms_norm_kernel(const float *x, int64_t x_ld, const float *w, double eps,
                                                                 int dim, float *y, int64_t y_ld) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
-    block_rms_norm(x + r * x_ld, w, eps, dim, y + r * y_ld, sh);
+    if (dim > NORM_REG * NORM_THREADS) {
+        block_rms_norm(x + r * x_ld, w, eps, dim, y + r * y_ld, sh);
+        return;
+    }
+    float xv[NORM_REG], wv[NORM_REG];
+    reg_load(x + r * x_ld, dim, 0.0f, xv);
+    reg_load(w, dim, 1.0f, wv);
+    reg_rms_norm(xv, wv, w != NULL, eps, dim, y + r * y_ld, sh);
 }
 
 extern "C" drama_status dr_cuda_rms_norm(dr_cuda *c, const float *x, int64_t x_ld, const float *w, double eps, int64_t n,
@@ -142,10 +178,10 @@ __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table,
     const int64_t r = blockIdx.x, xw = (int64_t)p.de + p.dh;
     float *xr = x + r * xw;
     float *xe = p.hidden_first ? xr + p.dh : xr, *xh = p.hidden_first ? xr : xr + p.de;
+    const int32_t code = codes[r * codes_ld]; /* read with the mask, not after it (in bounds either way) */
     int on = !p.mask_off && (!mask || mask[r]);
     int64_t src = -1;
     if (on) {
-        int32_t code = codes[r * codes_ld];
         src = (int64_t)code + (int64_t)p.slot * p.code_stride;
         if (code < 0 || code >= p.code_stride || src >= table.r1) {
             if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_CODE, code, (int)r);
@@ -155,14 +191,29 @@ __global__ void __launch_bounds__(NORM_THREADS) tower_input_kernel(mv_job table,
             src = -1;
         }
     }
+    /* the hidden row and both norms' weights in registers before the code's row is read (it
+     * waits on the code): their loads overlap that chain instead of following it */
+    const bool reg = p.de <= NORM_REG * NORM_THREADS && p.dh <= NORM_REG * NORM_THREADS;
+    float hv[NORM_REG], hw[NORM_REG], ew[NORM_REG];
+    if (reg) {
+        reg_load(h + r * p.dh, p.dh, 0.0f, hv);
+        reg_load(p.hnorm, p.dh, 1.0f, hw);
+        reg_load(src >= 0 ? p.enorm : NULL, p.de, 1.0f, ew);
+    }
     if (src >= 0) {
         dequant_row_any(table, src, e, threadIdx.x, blockDim.x);
         __syncthreads();
-        block_rms_norm(e, p.enorm, p.eps, p.de, xe, sh);
+        if (reg) {
+            float ev[NORM_REG];
+            reg_load(e, p.de, 0.0f, ev);
+            reg_rms_norm(ev, ew, p.enorm != NULL, p.eps, p.de, xe, sh);
+        } else
+            block_rms_norm(e, p.enorm, p.eps, p.de, xe, sh);
     } else {
         for (int j = threadIdx.x; j < p.de; j += blockDim.x) xe[j] = 0.0f;
     }
-    block_rms_norm(h + r * p.dh, p.hnorm, p.eps, p.dh, xh, sh);
+    if (reg) reg_rms_norm(hv, hw, p.hnorm != NULL, p.eps, p.dh, xh, sh);
+    else block_rms_norm(h + r * p.dh, p.hnorm, p.eps, p.dh, xh, sh);
 }
 
 static drama_status tower_input(dr_cuda *c, const dr_cuda_tower_in *p, int64_t n, const int32_t *codes, int64_t codes_ld,
