@@ -29,7 +29,7 @@ static const struct {
 
 const char *ct_cuda_moe_name(int i) { return moe_v[i].name; }
 
-enum { E = 16, TOPK = 4, TOPK_MAX = 8, H = 128, I = 64, IS = 32 }; /* TOPK: the moe.* entries' */
+enum { E = 16, TOPK = 4, TOPK_MAX = 8, H0 = 128, HMAX = 2048, I = 64, IS = 32 }; /* TOPK: the moe.* entries'; H0: their width */
 
 static void *xm(size_t n) { return calloc(n ? n : 1, 1); }
 static void fillr(uint64_t *s, float *x, int64_t n, double scale) {
@@ -54,7 +54,7 @@ static int make_w(ct_w *t, int f, uint64_t *s, int64_t rows, int64_t cols, doubl
     return r;
 }
 
-static void moe_w_make(moe_w *m, int f, int fused, int pruned, int positive, uint64_t *s) {
+static void moe_w_make(moe_w *m, int f, int fused, int pruned, int positive, uint64_t *s, int H) {
     const double ws = positive ? -1.0 : 0.15;
     memset(m, 0, sizeof *m);
     /* small router weights: scores of order 0.1, so their bounds (K + 8) u sum|x w| stay below the
@@ -125,17 +125,19 @@ static double choose(const ev *sc, const int *slot, int *ids, int tk) {
  * kernels as before (DRAMA_CUDA_MOE_PERSIST=0), pb >= 0: moe_persist.cuh's (pb > 0: at most pb blocks
  * per row, so every warp walks many items), then also the old kernels on the same inputs, bit for bit */
 static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
-                     int tk, int lean, int pb) {
+                     int tk, int lean, int pb, int H) {
     const int f = moe_v[vi].f, fused = moe_v[vi].fused;
     moe_w m;
-    moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s);
+    moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s, H);
     float *x = xm((size_t)(n * H) * 4), *res0 = xm((size_t)(n * H) * 4), *y = xm((size_t)(n * H) * 4);
     float *alt = xm((size_t)(n * H) * 4);
     double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
     int ids[64 * TOPK_MAX];
     if (n > 64) n = 64;
     fillr(s, res0, n * H, 1);
-    ev sc[E], g[2 * I], uu[I], yr[TOPK_MAX + 1][H], sgv;
+    ev sc[E], g[2 * I], uu[I], sgv;
+    ev(*yr)[HMAX] = xm(sizeof(ev) * (TOPK_MAX + 1) * HMAX), *dummy = xm(sizeof(ev) * HMAX);
+    float(*ya)[HMAX] = xm(sizeof(float) * (TOPK_MAX + 1) * HMAX); /* the fp16-accumulating variant's expert outputs */
     for (int i = 0; i < n && m.ok; i++) {
         float *xi = x + (int64_t)i * H;
         for (int tries = 0; tries < 200; tries++) { /* a well-defined top-k */
@@ -155,7 +157,6 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         ev gate = ev_sigmoid(sgv);
         /* routed experts (rank order), then the shared expert */
         double wr[TOPK_MAX];
-        float ya[TOPK_MAX + 1][H]; /* the fp16-accumulating variant's expert outputs */
         for (int q = 0; q <= tk; q++) {
             float ga[2 * I], ua[I];
             int sl = q < tk ? m.slot[ids[i * tk + q]] : -1;
@@ -183,7 +184,6 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                 faa[j] = ga[j] / (1.0f + expf(-ga[j])) * ua[j];
             }
             prod(q < tk ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q], NULL);
-            ev dummy[H];
             prod(q < tk ? &m.down[sl].w : &m.sd.w, faa, NULL, 0, H, dummy, ya[q]);
         }
         for (int h = 0; h < H; h++) {
@@ -282,6 +282,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     char grid[48] = "";
     if (pb > 0) snprintf(grid, sizeof grid, " persistent, <= %d blocks a row", pb);
     else if (pb == 0) snprintf(grid, sizeof grid, " persistent");
+    if (H != H0) snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " H=%d", H);
     snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d%s%s", positive ? "fp16-discriminating " : "",
              k->name, n, m.n_kept, E, tk, norm, (lean & 2) ? " plain x (XT=0)" : "", grid);
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
@@ -309,7 +310,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     }
     cu_free_all(t);
     if (m.ok) moe_w_free(&m, fused);
-    free(x), free(res0), free(y), free(yg), free(yo), free(alt), free(ref), free(tol);
+    free(x), free(res0), free(y), free(yg), free(yo), free(alt), free(ref), free(tol), free(yr), free(ya), free(dummy);
 }
 
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
@@ -317,13 +318,13 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant - CT_CUDA_MOE_FIRST;
     uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0, -1);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0, -1);
-    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0, -1);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0, -1);
-    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1); /* 10 pairs per expert: more than one tile of the grouped path */
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2, -1);  /* the decode kernels with x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2, -1);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1, H0); /* 10 pairs per expert: more than one tile of the grouped path */
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2, -1, H0);  /* the decode kernels with x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2, -1, H0);
     cu_close(&t);
 }
 
@@ -343,12 +344,12 @@ static void check_moe_lean(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant;
     uint64_t s = ctx->seed ^ (0x4c45414eull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, -1);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, -1);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, -1);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, -1);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, -1);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, -1); /* lean, x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, -1, H0); /* lean, x in the plain layout */
     cu_close(&t);
 }
 
@@ -370,14 +371,17 @@ static void check_moe_persist(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant;
     uint64_t s = ctx->seed ^ (0x50455253ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1); /* x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0, H0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2, H0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1, H0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1, H0); /* x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0, H0);
+    /* H = 2048 (the model's): several batches a gate/up row (FP8: 2, the BF16 shared expert: 4), 2048 outputs */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, HMAX);
+    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3, 2, HMAX);
     cu_close(&t);
 }
 

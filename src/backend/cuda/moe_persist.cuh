@@ -13,10 +13,10 @@
  *  - gate/up: items (rank q, output r), q < k the routed ranks (k I items), then the shared
  *    expert's Is outputs; a batch is MP_U chunks per lane of the gate row and of the up row. The
  *    first item's loads are issued before x is staged (XT).
- *  - down: items the outputs h; a batch is one chunk step of up to MP_G routed ranks (all k = 8 of
- *    the model: I = 512 FP8 is one chunk per lane) or MP_G chunk steps of the shared row, so an
- *    output's routed and shared loads are in flight together and the next output's are issued
- *    before this output is combined.
+ *  - down: items the outputs h; a batch is one chunk step of up to MP_G routed ranks (I = 512 FP8
+ *    is one chunk per lane: the model's k = 8 ranks are two batches) or MP_G chunk steps of the
+ *    shared row, so the next batch is in flight while one is dotted, and the next output's first
+ *    batch while this output is combined.
  * Values: bit for bit moe_decode.cuh's (and so the per-row path's): each row's dot is the same
  * chunk_dot chain over the lane's chunks lane, lane + 32, ... in order, the same xor tree, the same
  * SwiGLU and act layout, the ranks weighted and added in rank order, then the shared expert, the
@@ -30,8 +30,11 @@
 #define DRAMA_BACKEND_CUDA_MOE_PERSIST_CUH
 
 #define MP_WARPS 8 /* warps per block, both expert kernels: two blocks per SM at <= 128 registers */
-#define MP_U 4     /* gate/up: chunks per lane of each of the two rows per batch */
-#define MP_G 8     /* down: loads per lane per batch */
+/* Batch sizes at <= 128 registers without spills (ptxas, sm_90): two batches in flight are 8 loads
+ * of 16 bytes a lane (16 warps an SM: 64 KiB). gate/up MP_U 4 spilled 80-124 bytes, down MP_G 8
+ * (all 8 ranks of an output in one batch) 140-268 bytes: the 32-value formats' decode needs the rest. */
+#define MP_U 2 /* gate/up: chunks per lane of each of the two rows per batch */
+#define MP_G 4 /* down: loads per lane per batch (routed ranks at one chunk step, or shared chunk steps) */
 #define MP_SMEM_MAX (40 * 1024) /* the staged x (XT) next to ~6 KiB of views within 48 KiB */
 
 /* element i of a row of nch chunks of epc values in the transposed layout (xt_at<EPC>, at run time) */
