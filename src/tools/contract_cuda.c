@@ -375,6 +375,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_xt_kernels(out + n, max - n);
     n += ct_cuda_moe_lean_kernels(out + n, max - n);
     n += ct_cuda_pdl_kernels(out + n, max - n);
+    n += ct_cuda_moe_persist_kernels(out + n, max - n);
     return n;
 }
 
@@ -402,6 +403,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_xt_controls(out + n, max - n);
     n += ct_cuda_moe_lean_controls(out + n, max - n);
     n += ct_cuda_pdl_controls(out + n, max - n);
+    n += ct_cuda_moe_persist_controls(out + n, max - n);
     return n;
 }
 

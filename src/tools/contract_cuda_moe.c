@@ -29,7 +29,7 @@ static const struct {
 
 const char *ct_cuda_moe_name(int i) { return moe_v[i].name; }
 
-enum { E = 16, TOPK = 4, TOPK_MAX = 8, H = 128, I = 64, IS = 32 }; /* TOPK: the moe.* entries' */
+enum { E = 16, TOPK = 4, TOPK_MAX = 8, H0 = 128, HMAX = 2048, I = 64, IS = 32 }; /* TOPK: the moe.* entries'; H0: their width */
 
 static void *xm(size_t n) { return calloc(n ? n : 1, 1); }
 static void fillr(uint64_t *s, float *x, int64_t n, double scale) {
@@ -54,7 +54,7 @@ static int make_w(ct_w *t, int f, uint64_t *s, int64_t rows, int64_t cols, doubl
     return r;
 }
 
-static void moe_w_make(moe_w *m, int f, int fused, int pruned, int positive, uint64_t *s) {
+static void moe_w_make(moe_w *m, int f, int fused, int pruned, int positive, uint64_t *s, int H) {
     const double ws = positive ? -1.0 : 0.15;
     memset(m, 0, sizeof *m);
     /* small router weights: scores of order 0.1, so their bounds (K + 8) u sum|x w| stay below the
@@ -121,18 +121,23 @@ static double choose(const ev *sc, const int *slot, int *ids, int tk) {
 
 /* positive: the fp16-discriminating fixture (positive x and expert weights); its variant accumulates
  * every expert product in fp16 (the reference's alt sums) */
+/* lean: bit 0 the lean down kernel, bit 1 the plain layout (XT=0); pb < 0: routing and decode
+ * kernels as before (DRAMA_CUDA_MOE_PERSIST=0), pb >= 0: moe_persist.cuh's (pb > 0: at most pb blocks
+ * per row, so every warp walks many items), then also the old kernels on the same inputs, bit for bit */
 static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
-                     int tk, int lean) {
+                     int tk, int lean, int pb, int H) {
     const int f = moe_v[vi].f, fused = moe_v[vi].fused;
     moe_w m;
-    moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s);
+    moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s, H);
     float *x = xm((size_t)(n * H) * 4), *res0 = xm((size_t)(n * H) * 4), *y = xm((size_t)(n * H) * 4);
     float *alt = xm((size_t)(n * H) * 4);
     double *ref = xm((size_t)(n * H) * 8), *tol = xm((size_t)(n * H) * 8);
     int ids[64 * TOPK_MAX];
     if (n > 64) n = 64;
     fillr(s, res0, n * H, 1);
-    ev sc[E], g[2 * I], uu[I], yr[TOPK_MAX + 1][H], sgv;
+    ev sc[E], g[2 * I], uu[I], sgv;
+    ev(*yr)[HMAX] = xm(sizeof(ev) * (TOPK_MAX + 1) * HMAX), *dummy = xm(sizeof(ev) * HMAX);
+    float(*ya)[HMAX] = xm(sizeof(float) * (TOPK_MAX + 1) * HMAX); /* the fp16-accumulating variant's expert outputs */
     for (int i = 0; i < n && m.ok; i++) {
         float *xi = x + (int64_t)i * H;
         for (int tries = 0; tries < 200; tries++) { /* a well-defined top-k */
@@ -152,7 +157,6 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         ev gate = ev_sigmoid(sgv);
         /* routed experts (rank order), then the shared expert */
         double wr[TOPK_MAX];
-        float ya[TOPK_MAX + 1][H]; /* the fp16-accumulating variant's expert outputs */
         for (int q = 0; q <= tk; q++) {
             float ga[2 * I], ua[I];
             int sl = q < tk ? m.slot[ids[i * tk + q]] : -1;
@@ -180,7 +184,6 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                 faa[j] = ga[j] / (1.0f + expf(-ga[j])) * ua[j];
             }
             prod(q < tk ? &m.down[sl].w : &m.sd.w, fa, ea, 0, H, yr[q], NULL);
-            ev dummy[H];
             prod(q < tk ? &m.down[sl].w : &m.sd.w, faa, NULL, 0, H, dummy, ya[q]);
         }
         for (int h = 0; h < H; h++) {
@@ -226,6 +229,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
      * bit-for-bit check below ties both layouts to the same bits */
     if (!t->failed && dr_cuda_set_xt(t->c, !(lean & 2), &t->err)) t->failed = 1;
     if (dm && k->control == CT_CUDA_MOE_LEAN_NEXT) dr_cuda_moe_plant_defect(dm, 3);
+    if (dm) dr_cuda_moe_set_persist(dm, pb >= 0, pb > 0 ? pb : 0);
+    if (dm && k->control == CT_CUDA_MOE_STALE_VIEW) dr_cuda_moe_plant_defect(dm, 5);
+    if (dm && k->control == CT_CUDA_MOE_STALE_ROW) dr_cuda_moe_plant_defect(dm, 6);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -237,8 +243,21 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     cu_get(t, y, dy, (size_t)(n * H) * 4);
     int32_t got[64 * TOPK_MAX];
     int32_t *dids = NULL;
-    if (dm) dr_cuda_moe_last_route(dm, n, ws, &dids, NULL);
+    float *dwsel = NULL, wsel_p[64 * TOPK_MAX], wsel_o[64 * TOPK_MAX];
+    if (dm) dr_cuda_moe_last_route(dm, n, ws, &dids, &dwsel);
     if (dids) cu_get(t, got, dids, (size_t)(n * tk) * 4);
+    /* pb >= 0: the same call on the old routing and decode kernels, out and weights bit for bit */
+    float *yo = xm((size_t)(n * H) * 4);
+    if (pb >= 0 && dm && !t->failed) {
+        float *dyo = cu_put(t, res0, (size_t)(n * H) * 4);
+        if (dwsel) cu_get(t, wsel_p, dwsel, (size_t)(n * tk) * 4);
+        dr_cuda_moe_set_persist(dm, 0, 0);
+        if (!t->failed && dr_cuda_memset(t->c, ws, 0xFF, wsb, &t->err)) t->failed = 1;
+        if (!t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dyo, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
+        cu_get(t, yo, dyo, (size_t)(n * H) * 4);
+        if (dwsel) cu_get(t, wsel_o, dwsel, (size_t)(n * tk) * 4);
+        dr_cuda_moe_set_persist(dm, 1, pb > 0 ? pb : 0);
+    }
     if (dm) dr_cuda_moe_set_group_min(dm, 1);
     /* poisoned again: the grouped path must write every SwiGLU row it reads, not find the per-row path's */
     if (ws && !t->failed && dr_cuda_memset(t->c, ws, 0xFF, wsb, &t->err)) t->failed = 1;
@@ -260,8 +279,12 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     dr_cuda_moe_free(dm);
     if (dr_cuda_set_xt(t->c, 1, &t->err)) t->failed = 1;
     char name[128];
-    snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d%s", positive ? "fp16-discriminating " : "",
-             k->name, n, m.n_kept, E, tk, norm, (lean & 2) ? " plain x (XT=0)" : "");
+    char grid[48] = "";
+    if (pb > 0) snprintf(grid, sizeof grid, " persistent, <= %d blocks a row", pb);
+    else if (pb == 0) snprintf(grid, sizeof grid, " persistent");
+    if (H != H0) snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " H=%d", H);
+    snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d%s%s", positive ? "fp16-discriminating " : "",
+             k->name, n, m.n_kept, E, tk, norm, (lean & 2) ? " plain x (XT=0)" : "", grid);
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
     else if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, (int64_t)n * H);
@@ -270,6 +293,12 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         double *yrow = xm((size_t)(n * H) * 8), *z0 = xm((size_t)(n * H) * 8);
         for (int64_t i = 0; i < (int64_t)n * H; i++) yrow[i] = y[i];
         ct_compare(res, "grouped by expert == per row (bit for bit)", yg, yrow, z0, (int64_t)n * H);
+        if (pb >= 0) { /* the persistent kernels == the old routing and decode kernels */
+            ct_compare(res, "persistent == DRAMA_CUDA_MOE_PERSIST=0 (bit for bit)", yo, yrow, z0, (int64_t)n * H);
+            double wp[64 * TOPK_MAX], zw[64 * TOPK_MAX] = {0};
+            for (int i = 0; i < n * tk; i++) wp[i] = wsel_p[i];
+            ct_compare(res, "routing weights == moe_route_kernel's (bit for bit)", wsel_o, wp, zw, (int64_t)n * tk);
+        }
         free(yrow), free(z0);
         float gi[64 * TOPK_MAX];
         double ri[64 * TOPK_MAX], zt[64 * TOPK_MAX] = {0};
@@ -281,7 +310,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     }
     cu_free_all(t);
     if (m.ok) moe_w_free(&m, fused);
-    free(x), free(res0), free(y), free(yg), free(alt), free(ref), free(tol);
+    free(x), free(res0), free(y), free(yg), free(yo), free(alt), free(ref), free(tol), free(yr), free(ya), free(dummy);
 }
 
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
@@ -289,13 +318,13 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant - CT_CUDA_MOE_FIRST;
     uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0);
-    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0);
-    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0); /* 10 pairs per expert: more than one tile of the grouped path */
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2);  /* the decode kernels with x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0, -1, H0);
+    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1, H0); /* 10 pairs per expert: more than one tile of the grouped path */
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2, -1, H0);  /* the decode kernels with x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2, -1, H0);
     cu_close(&t);
 }
 
@@ -315,13 +344,73 @@ static void check_moe_lean(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant;
     uint64_t s = ctx->seed ^ (0x4c45414eull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3); /* lean, x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, -1, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, -1, H0); /* lean, x in the plain layout */
     cu_close(&t);
+}
+
+/* ---- moe_persist.*: the routing and decode kernels with persistent warps (moe_persist.cuh) ----
+ * moe.*'s reference and checks on the decode path's row counts, top-8 / 5 / 3, both layouts, the
+ * grid sized to the SMs (at these shapes a warp gets at most an item or two) and capped at 1, 2 or 3
+ * blocks a row (every warp walks many items across ranks, the shared expert and outputs: the
+ * prefetch across items); each case also runs DRAMA_CUDA_MOE_PERSIST=0 on the same inputs (out and
+ * routing weights bit for bit) and the grouped path (bit for bit per row). */
+static char persist_names[CT_CUDA_MOE_VARIANTS][40];
+
+static void make_persist_names(void) {
+    for (int i = 0; i < CT_CUDA_MOE_VARIANTS; i++) /* "moe.bf16" -> "moe_persist.bf16" */
+        snprintf(persist_names[i], sizeof persist_names[i], "moe_persist.%s", moe_v[i].name + 4);
+}
+
+static void check_moe_persist(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+    cu_t t;
+    if (cu_open(&t, res)) return;
+    int vi = k->variant;
+    uint64_t s = ctx->seed ^ (0x50455253ull + (uint64_t)vi * 7919);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0, H0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, H0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2, H0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1, H0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0, H0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1, H0); /* x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0, H0);
+    /* H = 2048 (the model's): several batches a gate/up row (FP8: 2, the BF16 shared expert: 4), 2048 outputs */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, HMAX);
+    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3, 2, HMAX);
+    cu_close(&t);
+}
+
+static const char *k_persist_precision =
+    "moe.*'s contract (float64 reference over the stored weights, exact ids, tol = 2x running bound) with the "
+    "persistent routing and decode kernels; == DRAMA_CUDA_MOE_PERSIST=0 and grouped == per row bit for bit";
+
+int ct_cuda_moe_persist_kernels(ct_kernel *out, int max) {
+    int n = 0;
+    make_persist_names();
+    for (int v = 0; v < CT_CUDA_MOE_VARIANTS && n < max; v++, n++)
+        out[n] = (ct_kernel){.name = persist_names[v], .backend = "cuda", .precision = k_persist_precision,
+                             .check = check_moe_persist, .variant = v, .unavailable = cu_unavailable};
+    return n;
+}
+
+int ct_cuda_moe_persist_controls(ct_kernel *out, int max) {
+    const struct { int v, control; const char *desc; } c[] = {
+        {1, CT_CUDA_MOE_STALE_VIEW, "device: persistent gate/up walk loads the next item's rows through the current item's expert view"},
+        {3, CT_CUDA_MOE_STALE_ROW, "device: persistent down walk loads the next output's routed rows at the current output's row"},
+        {5, CT_CUDA_MOE_WSEL_NEXT, "device: persistent down kernel weights a rank with the next rank's weight"},
+    };
+    int n = 0;
+    make_persist_names();
+    for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
+        out[n] = (ct_kernel){.name = persist_names[c[i].v], .backend = "cuda/control", .precision = k_persist_precision,
+                             .check = check_moe_persist, .variant = c[i].v, .control = c[i].control,
+                             .control_desc = c[i].desc, .unavailable = cu_unavailable};
+    return n;
 }
 
 static const char *k_lean_precision =

@@ -31,12 +31,15 @@ for k in rms_norm embed tower_input guidance attn_prep attention expf_det gdn_co
          moe.pruned_nvfp4 codec.conv1d codec.conv_fused codec.conv_tanh; do
     grep -Eq "^PASS $k +cuda " "$out" || { echo "FAIL: cuda $k missing"; exit 1; }
 done
-# the switchable variants (DRAMA_CUDA_XT=0: x staged plain; DRAMA_CUDA_MOE_DOWN)
+# the switchable variants (DRAMA_CUDA_XT=0: x staged plain; DRAMA_CUDA_MOE_DOWN; DRAMA_CUDA_MOE_PERSIST)
 for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 affine4_g128 affine8_g128; do
     grep -Eq "^PASS matmul_xt0\.$k +cuda " "$out" || { echo "FAIL: cuda matmul_xt0.$k missing"; exit 1; }
 done
 for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do
     grep -Eq "^PASS moe_lean\.$k +cuda " "$out" || { echo "FAIL: cuda moe_lean.$k missing"; exit 1; }
+done
+for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do # the default decode path (DRAMA_CUDA_MOE_PERSIST)
+    grep -Eq "^PASS moe_persist\.$k +cuda " "$out" || { echo "FAIL: cuda moe_persist.$k missing"; exit 1; }
 done
 grep -q "discr=NO" "$out" && { echo "FAIL: a fixture does not discriminate"; exit 1; }
 # selection by backend/name picks one format and its control only

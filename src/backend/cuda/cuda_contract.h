@@ -77,6 +77,14 @@ void dr_cuda_moe_plant_defect(struct dr_cuda_moe *m, int defect);
  * sets it from DRAMA_CUDA_MOE_DOWN (unset: 1, "decode": 0). With it, planted defect 3 dots a rank's
  * chunks with the next rank's SwiGLU row (inside the chunk loop). */
 void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
+/* The MoE layer m's routing and few-row expert kernels from now on: on = 1 moe_persist.cuh's
+ * (persistent warps; dr_cuda_moe_create's default unless DRAMA_CUDA_MOE_PERSIST=0), 0 moe_route_kernel
+ * and moe_decode.cuh's (then set_down chooses the down kernel); out bit for bit the same.
+ * max_blocks > 0: at most that many blocks per row (each warp walks many items: the contract's
+ * cases), 0: sized to the SMs. With it on, planted defect 5 loads the next gate/up item's rows
+ * through the current item's expert view and 6 the next output's routed down rows at the current
+ * output's row (both inside the item walk), 2 as before. */
+void dr_cuda_moe_set_persist(struct dr_cuda_moe *m, int on, int max_blocks);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@
 #define MOE_MAX_TOPK 15     /* the down block has topk + 1 warps (512 threads: 128 registers each) */
 
 #include "backend/cuda/moe_decode.cuh"
+#include "backend/cuda/moe_persist.cuh"
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
@@ -94,10 +95,10 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
             m->down_fmt = -1; /* the decode kernels need one down format and gate = up */
     }
     if (d->sh_gate->fmt != d->sh_up->fmt) m->down_fmt = -1;
-    m->gate_fmt = d->fused ? (d->gate_up[0] ? d->gate_up[0]->fmt : -1) : (d->gate[0] ? d->gate[0]->fmt : -1);
-    for (int k = 0; k < d->n_kept; k++) { /* one routed gate format for the staged grouped kernels */
+    m->gu_fmt = d->fused ? (d->gate_up[0] ? d->gate_up[0]->fmt : -1) : (d->gate[0] ? d->gate[0]->fmt : -1);
+    for (int k = 0; k < d->n_kept; k++) { /* one routed gate (= up) format: the persistent and staged kernels need it */
         const dr_cuda_weight *g = d->fused ? d->gate_up[k] : d->gate[k];
-        if (!g || g->fmt != m->gate_fmt || (!d->fused && (!d->up[k] || d->up[k]->fmt != m->gate_fmt))) m->gate_fmt = -1;
+        if (!g || g->fmt != m->gu_fmt || (!d->fused && (!d->up[k] || d->up[k]->fmt != m->gu_fmt))) m->gu_fmt = -1;
     }
     for (int k = 0; k < d->n_kept && !st; k++) {
         if (d->fused) {
@@ -122,6 +123,8 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->group_old = grp && !strcmp(grp, "old"); /* old: the grouped kernels before the staged ones */
     const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* default lean (H200: 7.72 vs 8.30 ms a frame); decode: the old kernel */
     m->down_lean = !(dn && !strcmp(dn, "decode"));
+    const char *ps = getenv("DRAMA_CUDA_MOE_PERSIST"); /* 0: moe_route_kernel and moe_decode.cuh's kernels */
+    m->persist = !(ps && !strcmp(ps, "0"));
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -327,10 +330,21 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
                            {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL}};
     drama_status s = dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
-    dr_launch(c->pdl, moe_route_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream, w.scores,
-              m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
+    if (m->persist) /* the same values with fewer barriers (moe_persist.cuh) */
+        dr_launch(c->pdl, moe_route_rank_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream,
+                  (const float *)w.scores, (int)m->E, (int)m->topk, (int)m->norm_topk, (const int32_t *)m->slot_dev, w.ids,
+                  w.slots, w.wsel, layer, (dev_status *)st, rst);
+    else
+        dr_launch(c->pdl, moe_route_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream, w.scores,
+                  m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
+    if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
+        m->persist && m->gu_fmt >= 0)
+        return dr_cuda_check(moe_persist_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
+                                                m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
+                                                m->defect, c->xt, m->persist_blocks, c->pdl),
+                             "MoE persistent expert launches", err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0)
         return dr_cuda_check(moe_decode_launch(c->stream, m->down_fmt, n, m->topk, w.slots, w.wsel, w.sg, m->experts,
                                                m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add, m->defect,
@@ -364,6 +378,10 @@ extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
 
 extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
     if (m) m->down_lean = lean != 0;
+}
+
+extern "C" void dr_cuda_moe_set_persist(dr_cuda_moe *m, int on, int max_blocks) {
+    if (m) m->persist = on != 0, m->persist_blocks = max_blocks > 0 ? max_blocks : 0;
 }
 
 extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const dr_cuda_weight *up,

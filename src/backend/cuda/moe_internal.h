@@ -21,11 +21,13 @@ struct dr_cuda_moe {
     const dr_cuda_weight *router, *sh_gate_proj;
     int64_t group_min_n;    /* calls of at least this many rows take the grouped experts (moe_prefill.cu) */
     int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
-    int gate_fmt;           /* the routed experts' one gate (= up) format, or -1 (then no staged grouped kernels) */
     int group_old;          /* 1: the grouped path's first kernels (DRAMA_CUDA_MOE_GROUPED=old); 0: staged */
     int down_fmt;           /* the routed experts' one down format (gate = up format per expert), -1: mixed */
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
     int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */
+    int gu_fmt;             /* the routed experts' one gate (= up) format, -1: mixed (moe_persist.cuh and the staged grouped kernels need one) */
+    int persist;            /* 1 (default): moe_persist.cuh's routing and decode kernels; 0: DRAMA_CUDA_MOE_PERSIST=0 */
+    int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
 };
 
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]

@@ -243,12 +243,12 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE bucket launch", err))) return s;
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     /* the staged kernels (moe_grouped_staged.cuh): one routed format per weight kind, whole chunks, a tile in 48 KiB */
-    const bool staged = !m->group_old && m->down_fmt >= 0 && m->gate_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
+    const bool staged = !m->group_old && m->down_fmt >= 0 && m->gu_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
                         gs_smem(m->H) <= GS_SMEM_MAX && gs_smem(wmax) <= GS_SMEM_MAX;
     if (staged) { /* routed experts then the shared one, each kind in its format: four launches */
         const gs_args ga = {m->group_defect, n, m->topk, umax, w->used, w->ustart, w->ucount, w->pairs, m->experts,
                             m->shared, m->I, m->Is, m->W, m->H, c->pdl};
-        cudaError_t e = gs_launch(m->gate_fmt, ga, false, 0, umax, x, w->act, c->stream);
+        cudaError_t e = gs_launch(m->gu_fmt, ga, false, 0, umax, x, w->act, c->stream);
         if (e == cudaSuccess) e = gs_launch(m->shared.gate.fmt, ga, false, umax, 1, x, w->act, c->stream);
         if ((s = dr_cuda_check(e, "MoE staged gate/up launch", err))) return s;
         e = gs_launch(m->down_fmt, ga, true, 0, umax, w->act, w->ydn, c->stream);
