@@ -153,6 +153,7 @@ typedef struct drama_phase_stats {
     double wall_s;
     int64_t peak_rss_bytes;  /* peak resident set during the phase (Linux: VmHWM after reset) */
     int64_t rss_end_bytes;   /* resident set when the phase ended */
+    int64_t rss_file_end_bytes; /* its file-backed part (mapped weights; Linux: RssFile), free of heap noise */
 } drama_phase_stats;
 
 typedef struct drama_result {

@@ -40,6 +40,7 @@ static int64_t proc_status_kb(const char *key) {
 }
 
 int64_t dr_mem_rss_bytes(void) { return proc_status_kb("VmRSS"); }
+int64_t dr_mem_rss_file_bytes(void) { return proc_status_kb("RssFile"); }
 
 int64_t dr_mem_peak_bytes(void) {
     int64_t v = proc_status_kb("VmHWM");

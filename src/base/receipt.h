@@ -14,6 +14,7 @@ double dr_clock_s(void);
 
 /* Resident set now (VmRSS), in bytes; -1 when unknown. */
 int64_t dr_mem_rss_bytes(void);
+int64_t dr_mem_rss_file_bytes(void); /* resident file-backed pages (RssFile); -1 when unknown */
 /* Peak resident set since the last dr_mem_peak_reset (VmHWM; falls back to getrusage's
  * process-lifetime maximum when the peak cannot be reset); -1 when unknown. */
 int64_t dr_mem_peak_bytes(void);

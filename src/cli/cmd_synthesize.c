@@ -380,8 +380,9 @@ static json_t *phases_json(const drama_result *r) {
         const drama_phase_stats *s = &r->phases[p];
         if (!s->ran) continue;
         json_object_set_new(o, drama_phase_name(p),
-                            json_pack("{s:f, s:I, s:I}", "wall_s", s->wall_s, "peak_rss_bytes",
-                                      (json_int_t)s->peak_rss_bytes, "rss_end_bytes", (json_int_t)s->rss_end_bytes));
+                            json_pack("{s:f, s:I, s:I, s:I}", "wall_s", s->wall_s, "peak_rss_bytes",
+                                      (json_int_t)s->peak_rss_bytes, "rss_end_bytes", (json_int_t)s->rss_end_bytes,
+                                      "rss_file_end_bytes", (json_int_t)s->rss_file_end_bytes));
     }
     return o;
 }

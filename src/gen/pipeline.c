@@ -109,6 +109,7 @@ void dr_phase_end(dr_phase_clock *pc, drama_result *res) {
         int64_t peak = dr_mem_peak_bytes();
         if (peak > s->peak_rss_bytes) s->peak_rss_bytes = peak;
         s->rss_end_bytes = dr_mem_rss_bytes();
+        s->rss_file_end_bytes = dr_mem_rss_file_bytes();
     }
     pc->phase = -1;
 }

@@ -3,7 +3,9 @@
  * the other's next lookup and list; a re-created id (new audio, or the same audio again) is
  * reloaded, never served from a stale cache; deletes are atomic across catalogs (one 204, one
  * 404) and leave a holder's copy intact; a create racing a create of the same id gives one 201
- * and one 409; a reader racing delete + re-create sees either no voice or one whole version;
+ * and one 409; a reader racing delete + re-create sees either no voice or one whole version (the
+ * writer waits, bounded, for a whole lookup of the reader in each state, so a busy machine that
+ * never schedules the reader fails loudly instead of proving nothing);
  * stale temporaries are removed at open, fresh ones (another replica's write) are kept. The codec
  * is a counting encoder (codes = the audio bytes), so a voice is consistent when its codes match
  * its audio and its text names that audio. Runs under valgrind. */
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -138,6 +141,7 @@ typedef struct race {
     const char *audio;
     int rc, seen_none, seen_some, bad;
     atomic_int *done;
+    atomic_int lookups; /* the reader's finished lookups: the writer waits on it */
 } race;
 
 static void *create_one(void *arg) {
@@ -155,13 +159,30 @@ static void *read_loop(void *arg) {
         dr_voice *voice = dr_voices_get(r->v, "zoe");
         if (!voice) {
             r->seen_none++;
+            atomic_fetch_add(&r->lookups, 1);
             continue;
         }
         r->seen_some++;
         r->bad += !consistent(voice);
         dr_voice_release(voice);
+        atomic_fetch_add(&r->lookups, 1);
     }
     return NULL;
+}
+
+/* Waits until the reader has finished a lookup that began after now: the lookup in flight may
+ * predate the writer's last change, the one after it cannot. Bounded (60 s, for a loaded
+ * machine under a sanitizer); 0 if the reader never got there. */
+static int reader_caught_up(race *r) {
+    int from = atomic_load(&r->lookups);
+    struct timespec t0, now, nap = {0, 100000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&r->lookups) < from + 2) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 60) return 0;
+        nanosleep(&nap, NULL);
+    }
+    return 1;
 }
 
 static void test_races(void **st) {
@@ -173,7 +194,7 @@ static void test_races(void **st) {
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, 2);
     for (int round = 0; round < 10; round++) {
-        race ra = {a, &go, "t:xxxxxx", 0, 0, 0, 0, NULL}, rb = {b, &go, "t:yy", 0, 0, 0, 0, NULL};
+        race ra = {a, &go, "t:xxxxxx", 0, 0, 0, 0, NULL, 0}, rb = {b, &go, "t:yy", 0, 0, 0, 0, NULL, 0};
         pthread_t ta, tb;
         pthread_create(&ta, NULL, create_one, &ra);
         pthread_create(&tb, NULL, create_one, &rb);
@@ -193,19 +214,24 @@ static void test_races(void **st) {
     }
     /* a reader on b while a deletes and re-creates with alternating versions */
     atomic_int done = 0;
-    race rd = {b, &go, NULL, 0, 0, 0, 0, &done};
+    race rd = {b, &go, NULL, 0, 0, 0, 0, &done, 0};
     pthread_t tr;
     pthread_create(&tr, NULL, read_loop, &rd);
     pthread_barrier_wait(&go);
+    int caught = 0;
     for (int k = 0; k < 60; k++) {
         assert_int_equal(add(a, "zoe", k % 2 ? "t:pqrs" : "t:uvwxyz12", k % 2 ? "pqrs" : "uvwxyz12"), 0);
+        caught += reader_caught_up(&rd); /* a lookup wholly after the add: it must find a whole voice */
         assert_int_equal(dr_voices_delete(a, "zoe"), 0);
+        caught += reader_caught_up(&rd); /* and one wholly after the delete: none */
     }
     atomic_store(&done, 1);
     pthread_join(tr, NULL);
     print_message("reader: %d whole voices, %d none\n", rd.seen_some, rd.seen_none);
     assert_int_equal(rd.bad, 0);
-    assert_true(rd.seen_some > 0); /* the race was run, not missed */
+    assert_int_equal(caught, 120); /* the reader ran in every state, not starved */
+    assert_true(rd.seen_some >= 60); /* a lookup after each add saw it (another replica's write is visible) */
+    assert_true(rd.seen_none >= 60);
     pthread_barrier_destroy(&go);
     dr_voices_free(a);
     dr_voices_free(b);
