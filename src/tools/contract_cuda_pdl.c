@@ -45,6 +45,35 @@ static void order_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *se
     ct_mm_fixture_free(&fx);
 }
 
+/* the matmul entries' fp16-discriminating fixture (long positive sums, [8, 4096] n = 1) through the
+ * same producer / product pair: the precision check every entry carries */
+static void discr_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *seed) {
+    const int64_t rows = 8, cols = 4096;
+    float *wsrc = malloc((size_t)(rows * cols) * 4), *x = malloc((size_t)cols * 4), *y = malloc((size_t)rows * 4);
+    float *alt = malloc((size_t)rows * 4);
+    double *ref = malloc((size_t)rows * 8), *tol = malloc((size_t)rows * 8);
+    const char *name = "fp16-discriminating [8, 4096] x 1 row written by the previous kernel";
+    ct_matmul_fill(CT_K_DISCR, CT_F_BF16, seed, wsrc, rows, cols, x, 1);
+    ct_w w;
+    if (ct_w_make(&w, CT_F_BF16, wsrc, rows, cols) != 0) {
+        ct_case_error(res, name, "could not build the weight");
+    } else {
+        ct_matmul_reference(&w.w, x, 1, CUDA_CHAIN, ref, tol, alt);
+        dr_cuda_weight *dw = cu_weight(t, &w.w);
+        float *src = cu_put(t, x, (size_t)cols * 4), *dx = cu_poison(t, (size_t)cols * 4), *dy = cu_poison(t, (size_t)rows * 4);
+        dr_cuda_job j = {dw, dx, 1, dy, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL};
+        if (!t->failed && dr_cuda_pdl_order_check(t->c, src, dx, cols, SPIN_US, &j, 1, k->control, &t->err)) t->failed = 1;
+        cu_get(t, y, dy, (size_t)rows * 4);
+        if (!cu_case_end(t, res, name)) {
+            ct_compare(res, name, y, ref, tol, rows);
+            ct_discriminate(res, name, alt, ref, tol, rows);
+        }
+        cu_free_all(t);
+    }
+    ct_w_free(&w);
+    free(wsrc), free(x), free(y), free(alt), free(ref), free(tol);
+}
+
 static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     cu_t t;
     if (cu_open(&t, res)) return;
@@ -57,6 +86,7 @@ static void check(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     order_case(k, &t, res, &seed, 300, 2048, 1);  /* n = 1: 8-warp blocks */
     order_case(k, &t, res, &seed, 4096, 1024, 1); /* n = 1: 16-warp blocks (>= 16 rows per SM) */
     order_case(k, &t, res, &seed, 300, 2048, 3);  /* the general kernel */
+    discr_case(k, &t, res, &seed);
     cu_close(&t);
 }
 

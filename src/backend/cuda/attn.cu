@@ -371,7 +371,8 @@ attn_merge_kernel(dr_cuda_attn_shape s, R rows, int nsplit, const double *ws_ml,
     const double *ml = ws_ml + (i * s.nh + j) * nsplit * 2;
     /* every split's pair, loaded with the position (only the used ones are read) */
     if (threadIdx.x < nsplit) mk[threadIdx.x] = ml[2 * threadIdx.x], lk[threadIdx.x] = ml[2 * threadIdx.x + 1];
-    const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit), used = (npos + chunk - 1) / chunk;
+    const int npos = (int)rows.p(i) + 1, chunk = split_chunk(npos, nsplit);
+    const int used = chunk > 0 ? min(nsplit, (npos + chunk - 1) / chunk) : 0; /* no positions (the contract's dropped one): none */
     __syncthreads();
     double M = -INFINITY;
     for (int k = 0; k < used; k++) M = fmax(M, mk[k]);

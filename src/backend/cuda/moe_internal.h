@@ -21,7 +21,7 @@ struct dr_cuda_moe {
     const dr_cuda_weight *router, *sh_gate_proj;
     int64_t group_min_n;    /* calls of at least this many rows take the grouped experts (moe_prefill.cu) */
     int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
-    int group_old;          /* 1: the grouped path's first kernels (DRAMA_CUDA_MOE_GROUPED=old); 0: staged */
+    int group_old;          /* 1: the grouped path's first kernels (default); 0: staged (DRAMA_CUDA_MOE_GROUPED=staged) */
     int down_fmt;           /* the routed experts' one down format (gate = up format per expert), -1: mixed */
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
     int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */

@@ -230,6 +230,7 @@ moe_combine_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
 
 extern "C" void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect) {
     if (m) m->group_defect = defect;
+    if (m && defect == 2) m->group_old = 0; /* the staged kernels' control runs them (they are opt-in) */
 }
 
 drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
