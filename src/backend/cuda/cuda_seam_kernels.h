@@ -27,9 +27,11 @@ drama_status dr_cuda_seam_deltanet(dr_cuda *c, const dr_cuda_gdn_shape *s, const
 /* x[h] = rms_norm(x[h], w) * silu(z[h]) for n rows of heads x dv (w [dv], or [heads dv] per head). */
 drama_status dr_cuda_seam_gated_norm(dr_cuda *c, float *x, const float *w, int per_head, const float *z, double eps,
                                      int64_t heads, int64_t dv, int64_t n, drama_error *err);
-/* The MoE with per-row statuses (DR_FAULT_ROUTER, a = layer, ENUMERIC). */
+/* The MoE with per-row statuses (DR_FAULT_ROUTER, a = layer, ENUMERIC). tc = 1 (a prefill, outside a
+ * frame step): the router and shared-gate products of calls of >= DR_CUDA_GEMM_MIN_N rows with BF16
+ * weights on the tensor cores (gemm.h), as the seam's other prefill products. */
 drama_status dr_cuda_seam_moe(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, void *ws,
-                              size_t ws_bytes, int layer, dr_op_status *status, drama_error *err);
+                              size_t ws_bytes, int layer, int tc, dr_op_status *status, drama_error *err);
 /* Element-wise and data movement (backend.h's ops of the same names). */
 drama_status dr_cuda_seam_add(dr_cuda *c, float *x, const float *y, int64_t count, drama_error *err);
 drama_status dr_cuda_seam_swiglu(dr_cuda *c, const float *g, const float *u, int64_t count, float *y, drama_error *err);

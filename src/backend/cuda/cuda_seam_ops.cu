@@ -339,7 +339,8 @@ static void op_moe(dr_backend *be, const dr_moe_args *a) {
     if (!ws) return;
     drama_error e = {};
     cs_prof_begin(b);
-    check(b, dr_cuda_seam_moe(b->c, m, a->n, a->x, a->out, ws, b->moe_ws_bytes, a->layer, a->status, &e), &e);
+    check(b, dr_cuda_seam_moe(b->c, m, a->n, a->x, a->out, ws, b->moe_ws_bytes, a->layer,
+                                b->tc_on && !b->in_step, a->status, &e), &e);
     cs_prof_end(b, CSP_MOE);
 }
 

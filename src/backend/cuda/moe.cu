@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_common.cuh"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_internal.h"
 
 #define GU_WARPS 4          /* outputs per gate/up block */
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__((MOE_MAX_TOPK + 1) * 32) moe_down_kernel(int64
 }
 
 static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add, void *ws,
-                            size_t ws_bytes, int layer, dr_cuda_status *st, dr_op_status *rst, drama_error *err) {
+                            size_t ws_bytes, int layer, int tc, dr_cuda_status *st, dr_op_status *rst, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!m || !x || !out || !ws) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_moe_run: NULL argument");
     moe_ws w = dr_cuda_moe_ws_layout(m, n, ws);
@@ -328,7 +329,9 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
         return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_moe_run: %lld rows in one call", (long long)n);
     dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL},
                            {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL}};
-    drama_status s = dr_cuda_matmul_batch(c, jobs, 2, err);
+    /* a prefill's router on the tensor cores: the matvec gives [256, H] x 30 rows too few blocks (127 us) */
+    const bool on_tc = tc && n >= DR_CUDA_GEMM_MIN_N && dr_cuda_gemm_ok(&jobs[0]) && dr_cuda_gemm_ok(&jobs[1]);
+    drama_status s = on_tc ? dr_cuda_gemm_batch(c, jobs, 2, 0, err) : dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
     if (m->persist) /* the same values with fewer barriers (moe_persist.cuh) */
         dr_launch(c->pdl, moe_route_rank_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream,
@@ -364,12 +367,12 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
 extern "C" drama_status dr_cuda_moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out,
                                         int add, void *ws, size_t ws_bytes, int layer, dr_cuda_status *st,
                                         drama_error *err) {
-    return moe_run(c, m, n, x, out, add, ws, ws_bytes, layer, st, NULL, err);
+    return moe_run(c, m, n, x, out, add, ws, ws_bytes, layer, 0, st, NULL, err);
 }
 
 drama_status dr_cuda_seam_moe(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, void *ws,
-                              size_t ws_bytes, int layer, dr_op_status *status, drama_error *err) {
-    return moe_run(c, m, n, x, out, 0, ws, ws_bytes, layer, NULL, status, err);
+                              size_t ws_bytes, int layer, int tc, dr_op_status *status, drama_error *err) {
+    return moe_run(c, m, n, x, out, 0, ws, ws_bytes, layer, tc, NULL, status, err);
 }
 
 extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
