@@ -129,8 +129,8 @@ static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     cu_t t;
     if (cu_open(&t, res)) return;
     uint64_t s = ctx->seed ^ 0x43434f4eull;
-    const int Ks[] = {1, 2, 4, 7};
-    for (int i = 0; i < 4; i++)
+    const int Ks[] = {1, 2, 4, 7, 10}; /* 10: a window beyond the kernel's registers (CONV_MAX_WIN), from memory */
+    for (int i = 0; i < 5; i++)
         for (int prefill = 0; prefill < 2; prefill++)
             conv_case(k, &t, res, &s, i % 2 ? 1 : 2, i % 2 ? 5 : 8, i % 2 ? 3 : 4, i % 2 ? 7 : 8, Ks[i], prefill, 0, i != 1);
     conv_case(k, &t, res, &s, 4, 128, 8, 128, 7, 0, 1, 1);
@@ -270,8 +270,9 @@ static void check_recur(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     cu_t t;
     if (cu_open(&t, res)) return;
     uint64_t s = ctx->seed ^ 0x52454355ull;
-    const int dims[][4] = {{1, 8, 1, 5}, {2, 32, 4, 32}, {1, 33, 2, 17}, {2, 128, 4, 128}};
-    for (int i = 0; i < 4; i++)
+    /* {1, 100, 2, 8}: more key dims than threads (2 dv rounded to a warp): q / k loaded by the loop */
+    const int dims[][4] = {{1, 8, 1, 5}, {2, 32, 4, 32}, {1, 33, 2, 17}, {2, 128, 4, 128}, {1, 100, 2, 8}};
+    for (int i = 0; i < 5; i++)
         for (int prefill = 0; prefill < 2; prefill++)
             rec_case(k, &t, res, &s, dims[i][0], dims[i][1], dims[i][2], dims[i][3], prefill, 0);
     rec_case(k, &t, res, &s, 2, 32, 4, 32, 1, 3);

@@ -17,7 +17,12 @@
 #define REC_THREADS (2 * DR_CUDA_GDN_MAX_DV) /* two threads per state column */
 #define GDN_ROWS (DR_CUDA_GDN_MAX_DK / 2)
 
-/* held rows: the window is left alone and y is 0 (the seam's contract: outputs unspecified) */
+#define CONV_MAX_WIN 7 /* K - 1 values of window held in registers across a call's rows (longer: from memory) */
+
+/* held rows: the window is left alone and y is 0 (the seam's contract: outputs unspecified).
+ * Rows in order; the window of consecutive rows of one sequence stays in registers (a prefill's 30
+ * rows reloaded and shifted it in memory every row: 33 us a layer on the H200), written back when
+ * the next row belongs to another window and at the end. Same products and sums in the same order. */
 template <class R>
 __global__ void __launch_bounds__(CONV_THREADS)
 gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64_t u_ld, R rows, float *y) {
@@ -26,10 +31,52 @@ gdn_conv_kernel(dr_cuda_gdn_shape s, int64_t n, int64_t C, const float *u, int64
     if (c >= C) return;
     const int K = s.K;
     const float *wc = s.conv_w + c * K;
+    const float bias = s.conv_b ? s.conv_b[c] : 0.0f;
+    if (K - 1 <= CONV_MAX_WIN) {
+        float wk[CONV_MAX_WIN + 1], win[CONV_MAX_WIN];
+#pragma unroll
+        for (int j = 0; j <= CONV_MAX_WIN; j++) wk[j] = j < K ? wc[j] : 0.0f;
+        float *cur = nullptr;
+        for (int64_t i = 0; i < n; i++) {
+            float *w = rows.conv(i);
+            if (w != cur) { /* another sequence's window: the current one back to memory, the new one in */
+#pragma unroll
+                for (int j = 0; j < CONV_MAX_WIN; j++)
+                    if (j < K - 1) {
+                        if (cur) cur[(int64_t)j * C + c] = win[j];
+                        win[j] = w[(int64_t)j * C + c];
+                    }
+                cur = w;
+            }
+            const float uc = u[i * u_ld + c];
+            float acc = bias;
+#pragma unroll
+            for (int j = 0; j < CONV_MAX_WIN; j++)
+                if (j < K - 1) acc = fadd(acc, fmul(wk[j], win[j]));
+#pragma unroll
+            for (int j = 0; j <= CONV_MAX_WIN; j++)
+                if (j == K - 1) acc = fadd(acc, fmul(wk[j], uc));
+            if (!rows.held(i) && K > 1) {
+#pragma unroll
+                for (int j = 0; j + 1 < CONV_MAX_WIN; j++)
+                    if (j + 1 < K - 1) win[j] = win[j + 1];
+#pragma unroll
+                for (int j = 0; j < CONV_MAX_WIN; j++)
+                    if (j == K - 2) win[j] = uc;
+            }
+            y[i * C + c] = R::zero_held && rows.held(i) ? 0.0f : dsilu(acc);
+        }
+        if (cur) {
+#pragma unroll
+            for (int j = 0; j < CONV_MAX_WIN; j++)
+                if (j < K - 1) cur[(int64_t)j * C + c] = win[j];
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         float *w = rows.conv(i);
         float uc = u[i * u_ld + c];
-        float acc = s.conv_b ? s.conv_b[c] : 0.0f;
+        float acc = bias;
         for (int j = 0; j < K - 1; j++) acc = fadd(acc, fmul(wc[j], w[(int64_t)j * C + c]));
         acc = fadd(acc, fmul(wc[K - 1], uc));
         if (!rows.held(i)) {
@@ -111,18 +158,32 @@ gdn_recur_kernel(dr_cuda_gdn_shape s, int64_t n, int one_session, const float *y
         int e = 2 * ee + half;
         st[ee] = (col && e < dk) ? S[(int64_t)e * dv + j] : 0.0f;
     }
+    /* a row's inputs (gates, v, and q / k when a thread holds one of each) are loaded while the row
+     * before it is computed: a prefill's rows otherwise each began with a wait on global memory */
+    const bool pre = dk <= (int)blockDim.x;
+    float an = 0.0f, bn = 0.0f, vn = 0.0f, qn = 0.0f, kn = 0.0f;
+    auto fetch = [&](int64_t i) {
+        const float *yi = y + i * C;
+        an = a[i * ab_ld + h], bn = b[i * ab_ld + h];
+        vn = col ? yi[2 * qk + (int64_t)h * dv + j] : 0.0f;
+        if (pre && (int)threadIdx.x < dk) qn = yi[(int64_t)kh * dk + threadIdx.x], kn = yi[qk + (int64_t)kh * dk + threadIdx.x];
+    };
+    if (i0 < i1) fetch(i0);
     for (int64_t i = i0; i < i1; i++) {
         const float *yi = y + i * C;
+        const float a_in = an, b_in = bn, vj = vn, q_in = qn, k_in = kn;
+        if (i + 1 < i1) fetch(i + 1); /* before this row's barriers: in flight while it is computed */
         if (R::zero_held && rows.held(i)) { /* a held row of the seam: state untouched, output 0 */
             if (col && !half) o[i * vd + (int64_t)h * dv + j] = 0.0f;
             continue;
         }
-        /* the row's gate inputs and v value are read with q and k, not after the norms' barriers */
-        const float a_in = a[i * ab_ld + h], b_in = b[i * ab_ld + h];
-        const float vj = col ? yi[2 * qk + (int64_t)h * dv + j] : 0.0f;
-        for (int e = threadIdx.x; e < dk; e += blockDim.x) {
-            qv[e] = yi[(int64_t)kh * dk + e];
-            kv[e] = yi[qk + (int64_t)kh * dk + e];
+        if (pre) {
+            if ((int)threadIdx.x < dk) qv[threadIdx.x] = q_in, kv[threadIdx.x] = k_in;
+        } else {
+            for (int e = threadIdx.x; e < dk; e += blockDim.x) {
+                qv[e] = yi[(int64_t)kh * dk + e];
+                kv[e] = yi[qk + (int64_t)kh * dk + e];
+            }
         }
         __syncthreads();
         block_l2norm_qk(qv, kv, dk, qscale, sh);
