@@ -109,7 +109,6 @@ extern "C" void dr_cuda_close(dr_cuda *c) {
     cudaSetDevice(c->info.device);
     cudaStreamSynchronize(c->stream);
     cudaStreamDestroy(c->stream);
-    if (c->gemm_xs) cudaFree(c->gemm_xs);
     free(c);
 }
 

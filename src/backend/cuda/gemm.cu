@@ -14,11 +14,6 @@
  * n and of the other rows). The bound (docs/cuda.md "Prefill"): |y - exact| <= (19 2^-23 + (K/128 +
  * 8) 2^-24) sum |w x| (+ 2^-133 sum |w| over |x| < 2^-100, where lo underflows).
  *
- * x is split once per call (split_x_kernel, into [3][n][K] BF16 in the context's workspace), not by
- * every block for every 16 output rows: with the split inside the product loop the kernel was bound
- * by instruction issue (about 160 of a chunk's 250 instructions per warp were the split), 0.5 TB/s
- * on the H200. The terms are the same bits, so the values are unchanged.
- *
  * Fragment layout: the dot product does not depend on the order of k, so thread (g = lane / 4,
  * c = lane % 4) loads the 16 contiguous bytes of columns [8c, 8c + 8) of its two weight rows (g,
  * g + 8) and of its x row; columns 8c .. 8c+3 are the mma's k = {2c, 2c+1, 2c+8, 2c+9} of the first
@@ -44,6 +39,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 __device__ __forceinline__ unsigned bf2_bits(__nv_bfloat162 v) { return *reinterpret_cast<unsigned *>(&v); }
 
 /* (a, b) -> hi, mid and lo pairs, low half = a; an infinite x keeps mid = lo = 0 (x - hi would be NaN) */
+template <int DEFECT>
 __device__ __forceinline__ void split3(float a, float b, unsigned &h, unsigned &m, unsigned &l) {
     __nv_bfloat162 hh = __floats2bfloat162_rn(a, b);
     float ra = __fsub_rn(a, __low2float(hh)), rb = __fsub_rn(b, __high2float(hh)); /* exact */
@@ -51,34 +47,16 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &h, unsigned &
     if (!isfinite(rb)) rb = 0.0f;
     __nv_bfloat162 mm = __floats2bfloat162_rn(ra, rb);
     float sa = __fsub_rn(ra, __low2float(mm)), sb = __fsub_rn(rb, __high2float(mm)); /* exact, <= 8 bits */
+    if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_NO_LO) sa = sb = 0.0f; /* planted: the third term dropped */
     h = bf2_bits(hh);
     m = bf2_bits(mm);
     l = bf2_bits(__floats2bfloat162_rn(sa, sb));
 }
 
-/* xs [3][n][K] (hi, mid, lo) <- the split of x [n][K], a pair of columns per thread */
-__global__ void split_x_kernel(const float *x, int64_t pairs, unsigned *xs) {
-    pdl_enter(); /* pdl.cuh: x was written by the previous kernel */
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < pairs; i += (int64_t)gridDim.x * blockDim.x) {
-        const float2 v = reinterpret_cast<const float2 *>(x)[i];
-        unsigned h, m, l;
-        split3(v.x, v.y, h, m, l);
-        xs[i] = h, xs[pairs + i] = m, xs[2 * pairs + i] = l;
-    }
-}
-
-/* a launch's products with, per job, its x's split terms (split_x_kernel) */
-struct gm_batch {
-    mv_batch b;
-    const uint4 *xs[DR_CUDA_MAX_BATCH]; /* [3][n][K] BF16, read as 8 columns per load */
-};
-
 template <int NTL, int DEFECT>
-__global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_constant__ gm_batch gb) {
-    const mv_batch &b = gb.b;
+__global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_constant__ mv_batch b) {
     __shared__ float red[GM_WARPS][GM_ROWS][NTL * 8 + 1];
     const mv_job &J = b.job[blockIdx.y];
-    const uint4 *xs = gb.xs[blockIdx.y];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int64_t row0 = J.r0 + (int64_t)blockIdx.x * GM_ROWS;
     pdl_trigger();
@@ -121,14 +99,19 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
 #pragma unroll
                 for (int t = 0; t < NTL; t++) {
                     const int64_t xr = n0 + t * 8 + g;
-                    uint4 H4 = z4, M4 = z4, L4 = z4; /* K % 8 == 0: a chunk is all in or all out (zeros split to zeros) */
+                    float xv[8];
                     if (xr < J.n && k + 8 <= K) {
-                        const int64_t at = (xr * K + k) / 8, term = J.n * K / 8;
-                        H4 = __ldg(xs + at), M4 = __ldg(xs + term + at), L4 = __ldg(xs + 2 * term + at);
+                        const float4 *xp = reinterpret_cast<const float4 *>(J.x + xr * K + k);
+                        float4 p = __ldg(xp), q = __ldg(xp + 1);
+                        xv[0] = p.x, xv[1] = p.y, xv[2] = p.z, xv[3] = p.w, xv[4] = q.x, xv[5] = q.y, xv[6] = q.z,
+                        xv[7] = q.w;
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 8; e++) xv[e] = 0.0f; /* K % 8 == 0: a chunk is all in or all out */
                     }
-                    if constexpr (DEFECT == DR_CUDA_GEMM_DEFECT_NO_LO) L4 = z4; /* planted: the third term dropped */
-                    const unsigned h[4] = {H4.x, H4.y, H4.z, H4.w}, m[4] = {M4.x, M4.y, M4.z, M4.w},
-                                   l[4] = {L4.x, L4.y, L4.z, L4.w};
+                    unsigned h[4], m[4], l[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) split3<DEFECT>(xv[2 * e], xv[2 * e + 1], h[e], m[e], l[e]);
 #pragma unroll
                     for (int q = 0; q < 2; q++) { /* the chunk's two k-steps: columns 8c..8c+3, then 8c+4..8c+7 */
                         const unsigned a0 = q ? Au.z : Au.x, a2 = q ? Au.w : Au.y, b0 = q ? Bu.z : Bu.x,
@@ -169,48 +152,10 @@ __global__ void __launch_bounds__(GM_WARPS * 32) gemm_bf16_kernel(const __grid_c
     }
 }
 
-template <int DEFECT> static void launch(const gm_batch *g, cudaStream_t s) {
-    const mv_batch *b = &g->b;
+template <int DEFECT> static void launch(const mv_batch *b, cudaStream_t s) {
     dim3 grid((unsigned)((b->max_rows + GM_ROWS - 1) / GM_ROWS), (unsigned)b->count);
-    if (b->max_n <= 32) dr_launch(b->pdl, gemm_bf16_kernel<4, DEFECT>, grid, GM_WARPS * 32, 0, s, *g);
-    else dr_launch(b->pdl, gemm_bf16_kernel<8, DEFECT>, grid, GM_WARPS * 32, 0, s, *g);
-}
-
-/* The split terms of every distinct x of the jobs, in the context's workspace (grown here: a
- * prefill's call, never inside a captured step), one split_x_kernel launch per distinct x. */
-static drama_status split_jobs(dr_cuda *c, gm_batch *g, drama_error *err) {
-    const mv_batch *b = &g->b;
-    size_t need = 0, at[DR_CUDA_MAX_BATCH];
-    int first[DR_CUDA_MAX_BATCH];
-    for (int i = 0; i < b->count; i++) {
-        const mv_job *j = &b->job[i];
-        first[i] = i;
-        for (int q = 0; q < i; q++)
-            if (b->job[q].x == j->x && b->job[q].n == j->n && b->job[q].cols == j->cols) { first[i] = q; break; }
-        if (first[i] == i) at[i] = need, need += (size_t)3 * j->n * j->cols * 2;
-    }
-    if (need > c->gemm_xs_bytes) {
-        if (c->gemm_xs) cudaStreamSynchronize(c->stream), cudaFree(c->gemm_xs); /* earlier products may read it */
-        c->gemm_xs = NULL, c->gemm_xs_bytes = 0;
-        cudaError_t e = cudaMalloc(&c->gemm_xs, need);
-        if (e != cudaSuccess) {
-            c->gemm_xs = NULL;
-            return dr_fail(err, DRAMA_ENOMEM, "tensor-core products: %zu bytes for the split activations: %s", need,
-                           cudaGetErrorString(e));
-        }
-        c->gemm_xs_bytes = need;
-    }
-    for (int i = 0; i < b->count; i++) {
-        const mv_job *j = &b->job[i];
-        g->xs[i] = (const uint4 *)((uint8_t *)c->gemm_xs + at[first[i]]);
-        if (first[i] != i) continue;
-        const int64_t pairs = j->n * j->cols / 2;
-        const unsigned blocks = (unsigned)((pairs + 255) / 256 < 1024 ? (pairs + 255) / 256 : 1024);
-        dr_launch(c->pdl, split_x_kernel, blocks, 256, 0, c->stream, j->x, pairs, (unsigned *)g->xs[i]);
-        drama_status s = dr_cuda_check(cudaGetLastError(), "tensor-core products: split launch", err);
-        if (s) return s;
-    }
-    return DRAMA_OK;
+    if (b->max_n <= 32) dr_launch(b->pdl, gemm_bf16_kernel<4, DEFECT>, grid, GM_WARPS * 32, 0, s, *b);
+    else dr_launch(b->pdl, gemm_bf16_kernel<8, DEFECT>, grid, GM_WARPS * 32, 0, s, *b);
 }
 
 extern "C" int dr_cuda_gemm_ok(const dr_cuda_job *j) {
@@ -221,9 +166,8 @@ extern "C" drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, 
     if (!c || (count > 0 && !jobs)) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gemm_batch: NULL argument");
     if (defect < 0 || defect >= DR_CUDA_GEMM_DEFECT_COUNT)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_gemm_batch: unknown defect %d", defect);
-    gm_batch *gp = (gm_batch *)calloc(1, sizeof *gp);
-    if (!gp) return dr_fail(err, DRAMA_ENOMEM, "dr_cuda_gemm_batch: out of host memory");
-    mv_batch *bp = &gp->b;
+    mv_batch *bp = (mv_batch *)calloc(1, sizeof *bp);
+    if (!bp) return dr_fail(err, DRAMA_ENOMEM, "dr_cuda_gemm_batch: out of host memory");
     drama_status st = DRAMA_OK;
     for (int i = 0; i <= count && !st; i++) {
         if (i < count) {
@@ -249,14 +193,13 @@ extern "C" drama_status dr_cuda_gemm_batch(dr_cuda *c, const dr_cuda_job *jobs, 
         }
         if (bp->count && (bp->count == DR_CUDA_MAX_BATCH || i == count)) {
             bp->pdl = c->pdl;
-            if ((st = split_jobs(c, gp, err))) break;
-            if (defect == DR_CUDA_GEMM_DEFECT_NO_LO) launch<DR_CUDA_GEMM_DEFECT_NO_LO>(gp, c->stream);
-            else if (defect == DR_CUDA_GEMM_DEFECT_SWAP_K) launch<DR_CUDA_GEMM_DEFECT_SWAP_K>(gp, c->stream);
-            else launch<DR_CUDA_GEMM_EXACT>(gp, c->stream);
+            if (defect == DR_CUDA_GEMM_DEFECT_NO_LO) launch<DR_CUDA_GEMM_DEFECT_NO_LO>(bp, c->stream);
+            else if (defect == DR_CUDA_GEMM_DEFECT_SWAP_K) launch<DR_CUDA_GEMM_DEFECT_SWAP_K>(bp, c->stream);
+            else launch<DR_CUDA_GEMM_EXACT>(bp, c->stream);
             st = dr_cuda_check(cudaGetLastError(), "tensor-core product launch", err);
-            memset(gp, 0, sizeof *gp);
+            memset(bp, 0, sizeof *bp);
         }
     }
-    free(gp);
+    free(bp);
     return st;
 }
