@@ -84,6 +84,11 @@ DR_CPU_VEC512_DECLARE(dr_cpu_avx512p1)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p4)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p1)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p2)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p3)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p4)
 
 /* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);
