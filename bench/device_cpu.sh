@@ -30,12 +30,15 @@ done
 if [ -x "$D/bench_matmul" ]; then
     printf '#!/bin/sh\nexec %s "%s/bench_matmul" "$@"\n' "${PREFIX[*]:-}" "$D" >/tmp/bench-matmul-dev
     chmod +x /tmp/bench-matmul-dev
+    # t16c0 / t16c4: 16 threads with the pool's chunk grain of before (DRAMA_POOL_CLAIM_THREADS=0)
+    # and a middle one (4), against the default (2) in the t16 row
     for p in avx2 avx512; do
-        for t in 1 2 16; do
+        for t in 1 2 16 16c0 16c4; do
             f="$O/bench_matmul_${p}_t$t.txt"
-            DRAMA_CPU_PATH=$p timeout 60 /tmp/bench-matmul-dev --threads "$t" --n 1 --shape 2048x2048 --min-ms 30 >"$f" 2>&1
+            c=2; case $t in *c*) c=${t#*c} ;; esac
+            DRAMA_POOL_CLAIM_THREADS=$c DRAMA_CPU_PATH=$p timeout 60 /tmp/bench-matmul-dev --threads "${t%c*}" --n 1 --shape 2048x2048 --min-ms 30 >"$f" 2>&1
             echo "rc=$?" >>"$f"
-            echo "matmul n=1 [2048,2048] $(head -n 1 "$f" | awk '{ print $3, $4 }') $(awk '/1 GiB/ { print "read", $(NF-1), "GB/s:" }
+            echo "matmul n=1 [2048,2048] claim=$c $(head -n 1 "$f" | awk '{ print $3, $4 }') $(awk '/1 GiB/ { print "read", $(NF-1), "GB/s:" }
                 NF == 8 && $3 == 1 { printf " %s %s GB/s %s;", $1, $6, $8 } /^rc=/ { print " " $1 }' "$f" | tr -d '\n')"
         done
     done
