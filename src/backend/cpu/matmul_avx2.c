@@ -653,13 +653,91 @@ TGT static void affine4_pair(const dr_weight *w, int64_t r, const float *x, floa
     y[1] = hsum_canonical(c0, c1, c2, c3);
 }
 
-/* rows [r, r + nr), nr <= DR_CPU_FUSED_ROWS, of NVFP4 (pairs where both rows take the table path)
- * and affine 4-bit (pairs; an odd last row through fused_row); 1 when all were written, 0 (nothing
- * written) for every other format, which the driver then takes row by row. x as order_x gives it. */
+/* FP8: whether fused_row takes row r (blocks a multiple of 32 wide, no NaN code, |scale| < 2^7 for
+ * every block of the body), so that a pair can be checked before anything is written */
+TGT static int fp8_row_fused(const dr_weight *w, int64_t r) {
+    int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+    int64_t bc = per_tensor ? w->cols : w->block_cols, body = w->cols & ~(int64_t)31;
+    if (!per_tensor && bc % 32 != 0) return 0;
+    if (e4m3_row_has_nan(w->data + (size_t)r * w->row_bytes, w->cols, (w->rows - r) * w->row_bytes)) return 0;
+    if (per_tensor) return body == 0 || fabsf(w->global_scale) < 0x1p7f;
+    int64_t sbase = (r / w->block_rows) * w->scale_cols, nblk = (body + bc - 1) / bc;
+    for (int64_t b = 0; b < nblk; b++)
+        if (!(fabsf(dr_weight_load_scale(w->scales, w->scale_dtype, sbase + b)) < 0x1p7f)) return 0;
+    return 1;
+}
+
+/* the scalar tail of an FP8 row after its body: the reference's product, exact for any scale */
+static float fp8_tail(const dr_weight *w, int64_t r, const uint8_t *row, const float *x, int64_t body, float t) {
+    int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+    int64_t bc = per_tensor ? w->cols : w->block_cols, sbase = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols;
+    for (int64_t k = body; k < w->cols; k++) {
+        float sk = per_tensor ? w->global_scale : dr_weight_load_scale(w->scales, w->scale_dtype, sbase + k / bc);
+        t = fmaf(x[k], dr_e4m3_to_f32(row[k]) * sk, t);
+    }
+    return t;
+}
+
+/* rows r, r + 1, both taken by fp8_row_fused: fused_row's FP8 loop for each, interleaved */
+TGT static void fp8_pair(const dr_weight *w, int64_t r, const float *x, float *y, int64_t ahead) {
+    int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
+    int64_t cols = w->cols, body = cols & ~(int64_t)31, bc = per_tensor ? cols : w->block_cols;
+    int64_t nsc = per_tensor ? 1 : w->scale_cols;
+    int64_t sba = per_tensor ? 0 : (r / w->block_rows) * w->scale_cols, sbb = per_tensor ? 0 : ((r + 1) / w->block_rows) * w->scale_cols;
+    const uint8_t *ra = w->data + (size_t)r * w->row_bytes, *rb = ra + w->row_bytes;
+    const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    float sva[64], svb[64];
+    for (int64_t c0 = 0, bi = 0; c0 < body; c0 += bc, bi++) {
+        if (per_tensor) sva[0] = svb[0] = w->global_scale;
+        else if ((bi & 63) == 0) {
+            int cnt = nsc - bi < 64 ? (int)(nsc - bi) : 64;
+            load_scales(w->scales, w->scale_dtype, sba + bi, cnt, sva);
+            load_scales(w->scales, w->scale_dtype, sbb + bi, cnt, svb);
+        }
+        int j = per_tensor ? 0 : (int)(bi & 63);
+        __m256 vsa = _mm256_set1_ps(sva[j] * (PLANT == 2 ? 0x1p121f : 0x1p120f));
+        __m256 vsb = _mm256_set1_ps(svb[j] * (PLANT == 2 ? 0x1p121f : 0x1p120f));
+        int64_t c1 = c0 + bc < body ? c0 + bc : body;
+        for (int64_t k = c0; k < c1; k += 32) {
+#define E8(row, j, vs) _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(load8_i8((row) + k + 8 * (j)), 20), \
+        keep)), vs)
+            PREFETCH(ra + k);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(ra, 0, vsa), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), E8(ra, 1, vsa), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), E8(ra, 2, vsa), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), E8(ra, 3, vsa), a3);
+            PREFETCH(rb + k);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), E8(rb, 0, vsb), b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), E8(rb, 1, vsb), b1);
+            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), E8(rb, 2, vsb), b2);
+            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), E8(rb, 3, vsb), b3);
+#undef E8
+        }
+    }
+    y[0] = fp8_tail(w, r, ra, x, body, hsum_canonical(a0, a1, a2, a3));
+    y[1] = fp8_tail(w, r + 1, rb, x, body, hsum_canonical(b0, b1, b2, b3));
+}
+
+/* rows [r, r + nr), nr <= DR_CPU_FUSED_ROWS, of NVFP4 (pairs where both rows take the table path),
+ * affine 4-bit (pairs) and FP8 (pairs, when every row is one fused_row takes); an odd last row
+ * through fused_row; 1 when all were written, 0 (nothing written) for every other format or an FP8
+ * row fused_row does not take, which the driver then takes row by row. x as order_x gives it. */
 TGT int AVX2_NAME(fused_rows)(const dr_weight *w, int64_t r, int nr, const float *x, float *y) {
+    int fp8 = w->fmt == DR_WF_FP8_TENSOR || w->fmt == DR_WF_FP8_BLOCK;
     /* other formats: the driver goes row by row through fused_row */
-    if (nr < 1 || nr > DR_CPU_FUSED_ROWS || !(w->fmt == DR_WF_NVFP4 || (w->fmt == DR_WF_AFFINE && w->bits == 4 && w->group % 32 == 0)))
+    if (nr < 1 || nr > DR_CPU_FUSED_ROWS ||
+        !(fp8 || w->fmt == DR_WF_NVFP4 || (w->fmt == DR_WF_AFFINE && w->bits == 4 && w->group % 32 == 0)))
         return 0;
+    if (fp8) { /* every row checked first (the NaN scan is also the rows' first read, with its prefetch) */
+        for (int i = 0; i < nr; i++)
+            if (!fp8_row_fused(w, r + i)) return 0;
+        const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);
+        int i = 0;
+        for (; i + 2 <= nr; i += 2) fp8_pair(w, r + i, x, y + i, ahead);
+        if (i < nr) AVX2_NAME(fused_row)(w, r + i, x, y + i);
+        return 1;
+    }
     const int64_t ahead = PF_AHEAD_ROWS(w, r, nr); /* the next call's rows */
     int64_t el = w->fmt == DR_WF_NVFP4 ? 1 : (int64_t)dr_dtype_size(w->scale_dtype);
     if (r + 2 * nr <= w->rows) { /* the next call's scales (and biases) */
