@@ -653,18 +653,11 @@ TGT static void affine4_pair(const dr_weight *w, int64_t r, const float *x, floa
     y[1] = hsum_canonical(c0, c1, c2, c3);
 }
 
-/* FP8: whether fused_row takes row r (blocks a multiple of 32 wide, no NaN code, |scale| < 2^7 for
- * every block of the body), so that a pair can be checked before anything is written */
-TGT static int fp8_row_fused(const dr_weight *w, int64_t r) {
-    int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
-    int64_t bc = per_tensor ? w->cols : w->block_cols, body = w->cols & ~(int64_t)31;
-    if (!per_tensor && bc % 32 != 0) return 0;
-    if (e4m3_row_has_nan(w->data + (size_t)r * w->row_bytes, w->cols, (w->rows - r) * w->row_bytes)) return 0;
-    if (per_tensor) return body == 0 || fabsf(w->global_scale) < 0x1p7f;
-    int64_t sbase = (r / w->block_rows) * w->scale_cols, nblk = (body + bc - 1) / bc;
-    for (int64_t b = 0; b < nblk; b++)
-        if (!(fabsf(dr_weight_load_scale(w->scales, w->scale_dtype, sbase + b)) < 0x1p7f)) return 0;
-    return 1;
+/* FP8: the part of fused_row's condition for row r that is not about scales (blocks a multiple of
+ * 32 wide, no NaN code); fp8_pair checks the scales as it loads them */
+TGT static int fp8_row_codes_ok(const dr_weight *w, int64_t r) {
+    if (w->fmt == DR_WF_FP8_BLOCK && w->block_cols % 32 != 0) return 0;
+    return !e4m3_row_has_nan(w->data + (size_t)r * w->row_bytes, w->cols, (w->rows - r) * w->row_bytes);
 }
 
 /* the scalar tail of an FP8 row after its body: the reference's product, exact for any scale */
@@ -678,8 +671,9 @@ static float fp8_tail(const dr_weight *w, int64_t r, const uint8_t *row, const f
     return t;
 }
 
-/* rows r, r + 1, both taken by fp8_row_fused: fused_row's FP8 loop for each, interleaved */
-TGT static void fp8_pair(const dr_weight *w, int64_t r, const float *x, float *y, int64_t ahead) {
+/* rows r, r + 1, both passing fp8_row_codes_ok: fused_row's FP8 loop for each, interleaved; 0
+ * (y untouched) where a block scale is not below 2^7 in magnitude, as fused_row */
+TGT static int fp8_pair(const dr_weight *w, int64_t r, const float *x, float *y, int64_t ahead) {
     int per_tensor = w->fmt == DR_WF_FP8_TENSOR;
     int64_t cols = w->cols, body = cols & ~(int64_t)31, bc = per_tensor ? cols : w->block_cols;
     int64_t nsc = per_tensor ? 1 : w->scale_cols;
@@ -696,6 +690,7 @@ TGT static void fp8_pair(const dr_weight *w, int64_t r, const float *x, float *y
             load_scales(w->scales, w->scale_dtype, sbb + bi, cnt, svb);
         }
         int j = per_tensor ? 0 : (int)(bi & 63);
+        if (!(fabsf(sva[j]) < 0x1p7f) || !(fabsf(svb[j]) < 0x1p7f)) return 0;
         __m256 vsa = _mm256_set1_ps(sva[j] * (PLANT == 2 ? 0x1p121f : 0x1p120f));
         __m256 vsb = _mm256_set1_ps(svb[j] * (PLANT == 2 ? 0x1p121f : 0x1p120f));
         int64_t c1 = c0 + bc < body ? c0 + bc : body;
@@ -717,6 +712,7 @@ TGT static void fp8_pair(const dr_weight *w, int64_t r, const float *x, float *y
     }
     y[0] = fp8_tail(w, r, ra, x, body, hsum_canonical(a0, a1, a2, a3));
     y[1] = fp8_tail(w, r + 1, rb, x, body, hsum_canonical(b0, b1, b2, b3));
+    return 1;
 }
 
 /* rows [r, r + nr), nr <= DR_CPU_FUSED_ROWS, of NVFP4 (pairs where both rows take the table path),
@@ -729,13 +725,18 @@ TGT int AVX2_NAME(fused_rows)(const dr_weight *w, int64_t r, int nr, const float
     if (nr < 1 || nr > DR_CPU_FUSED_ROWS ||
         !(fp8 || w->fmt == DR_WF_NVFP4 || (w->fmt == DR_WF_AFFINE && w->bits == 4 && w->group % 32 == 0)))
         return 0;
-    if (fp8) { /* every row checked first (the NaN scan is also the rows' first read, with its prefetch) */
+    if (fp8) { /* the codes of every row checked first (the NaN scan is also the rows' first read,
+                * with its prefetch), the scales as the loops load them; results kept until all
+                * rows are done, so a refusal writes nothing */
         for (int i = 0; i < nr; i++)
-            if (!fp8_row_fused(w, r + i)) return 0;
+            if (!fp8_row_codes_ok(w, r + i)) return 0;
         const int64_t ahead = PF_AHEAD_ROWS(w, r, nr);
+        float t[DR_CPU_FUSED_ROWS];
         int i = 0;
-        for (; i + 2 <= nr; i += 2) fp8_pair(w, r + i, x, y + i, ahead);
-        if (i < nr) AVX2_NAME(fused_row)(w, r + i, x, y + i);
+        for (; i + 2 <= nr; i += 2)
+            if (!fp8_pair(w, r + i, x, t + i, ahead)) return 0;
+        if (i < nr && !AVX2_NAME(fused_row)(w, r + i, x, t + i)) return 0;
+        memcpy(y, t, (size_t)nr * sizeof *y);
         return 1;
     }
     const int64_t ahead = PF_AHEAD_ROWS(w, r, nr); /* the next call's rows */
