@@ -77,6 +77,7 @@ DR_CPU_VEC_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p4)
 enum { DR_CPU_FUSED_ROWS = 4, DR_CPU_XORDER_EXTRA = 256 * 16 }; /* NVFP4: 16 floats per scale code */
+/* fused_rows: AVX-512 (all formats, 4 rows interleaved) and AVX2 (NVFP4, affine 4-bit, FP8: pairs) */
 #define DR_CPU_VEC512_DECLARE(prefix) \
     int prefix##_fused_rows(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512)
