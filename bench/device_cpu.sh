@@ -4,7 +4,8 @@
 # also copy BUILD_DIR/bench/bench_matmul and bench_prefill into DIR for the matmul and prefill rows).
 # Runs: the read bandwidth at 1, 2, 16 threads; bench_matmul n = 1 [2048,2048] for every stored
 # format on the avx2 and avx512 loops (DRAMA_CPU_PATH) at 1, 2, 16 threads, GB/s and % of the
-# read bandwidth measured in the same run (issue 17: >= 80%); `drama bench decode --layers L` with
+# read bandwidth measured in the same run (issue 17: >= 80%), and at 16 threads again with the pool's
+# chunking of before the third pass (DRAMA_POOL_CLAIM_THREADS=0, rows claim=0) and =4; `drama bench decode --layers L` with
 # q4 experts at 1, 2, 16 threads, q4 at 16 threads on the AVX2 loops, fp8 at 16;
 # `drama bench codec` at 16, 8 and 1 threads and the AVX2 path at 16, with the whole decode by stage
 # (issue 17: why 16 cores scale poorly), when the binary has it. Each command has a timeout (the
