@@ -47,6 +47,26 @@ void dr_trace(const char *what) {
  * down to MIN_CHUNKS, so that the threads that start late still find work */
 #define CHUNKS_PER_THREAD 8
 #define MIN_CHUNKS 2
+/* Every claim and every finished chunk is an atomic on a line all taking-part threads share, so
+ * with many threads they queue on it: past CLAIM_THREADS threads a chunk's least work grows with
+ * the thread count (x use / CLAIM_THREADS), so that a small run (an n = 1 product of a decode
+ * step: 2048 x 2048 is 4.2 M units, 2 chunks per thread at 16) makes fewer claims; large runs
+ * keep CHUNKS_PER_THREAD, and 1-2 threads are unchanged. Issue 17's 16-core n = 1 products fit
+ * a fixed ~26 us per product that the chunk claims could explain (bench/RESULTS.md, "CPU 4-bit
+ * n = 1, third pass"). DRAMA_POOL_CLAIM_THREADS=N sets it (0: off, the old rule), for measuring. */
+#define CLAIM_THREADS 2
+
+static int claim_threads(void) {
+    static int v = -1;
+    int c = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (c < 0) {
+        const char *e = getenv("DRAMA_POOL_CLAIM_THREADS");
+        c = e && *e ? atoi(e) : CLAIM_THREADS;
+        if (c < 0) c = 0;
+        __atomic_store_n(&v, c, __ATOMIC_RELAXED);
+    }
+    return c;
+}
 #define CACHE_LINE 64
 
 /* Three cache lines, each written by one side of a run: the job (caller, then claims), the
@@ -235,9 +255,11 @@ void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double wo
         for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
         return;
     }
-    int per = CHUNKS_PER_THREAD; /* work / use per thread; a chunk of at least DR_POOL_MIN_WORK / 2 */
-    if (work >= 0 && work < (double)use * CHUNKS_PER_THREAD * (DR_POOL_MIN_WORK / 2))
-        per = (int)(work / ((double)use * (DR_POOL_MIN_WORK / 2)));
+    /* work / use per thread; a chunk of at least DR_POOL_MIN_WORK / 2, times use / CLAIM_THREADS
+     * past CLAIM_THREADS threads */
+    int per = CHUNKS_PER_THREAD, ct = claim_threads();
+    double grain = DR_POOL_MIN_WORK / 2 * (ct > 0 && use > ct ? (double)use / ct : 1.0);
+    if (work >= 0 && work < (double)use * CHUNKS_PER_THREAD * grain) per = (int)(work / ((double)use * grain));
     if (per < MIN_CHUNKS) per = MIN_CHUNKS;
     int64_t want = (int64_t)use * per;
     int64_t chunk = (n + want - 1) / want;

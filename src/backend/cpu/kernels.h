@@ -77,6 +77,7 @@ DR_CPU_VEC_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC_DECLARE(dr_cpu_avx512p4)
 enum { DR_CPU_FUSED_ROWS = 4, DR_CPU_XORDER_EXTRA = 256 * 16 }; /* NVFP4: 16 floats per scale code */
+/* fused_rows: AVX-512 (all formats, 4 rows interleaved) and AVX2 (NVFP4, affine 4-bit, FP8: pairs) */
 #define DR_CPU_VEC512_DECLARE(prefix) \
     int prefix##_fused_rows(const dr_weight *w, int64_t r, int nr, const float *x, float *y);
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512)
@@ -84,6 +85,11 @@ DR_CPU_VEC512_DECLARE(dr_cpu_avx512p1)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p2)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p3)
 DR_CPU_VEC512_DECLARE(dr_cpu_avx512p4)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p1)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p2)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p3)
+DR_CPU_VEC512_DECLARE(dr_cpu_avx2p4)
 
 /* AVX2 implementations (matmul_avx2.c); call only when dr_cpu_best_path() == DR_CPU_AVX2. */
 void dr_cpu_avx2_dequant_row(const dr_weight *w, int64_t r, float *out);

@@ -109,12 +109,11 @@ static dr_cpu_path resolve(dr_cpu_path path) {
     return dr_cpu_path_supported(path) ? path : DR_CPU_PORTABLE;
 }
 
-#define VEC_FNS(prefix) {prefix##_dequant_row, prefix##_fused_row, NULL, prefix##_order_x, prefix##_dot_rows}
-#define VEC512_FNS(prefix) {prefix##_dequant_row, prefix##_fused_row, prefix##_fused_rows, prefix##_order_x, prefix##_dot_rows}
+#define VEC_FNS(prefix) {prefix##_dequant_row, prefix##_fused_row, prefix##_fused_rows, prefix##_order_x, prefix##_dot_rows}
 static const dr_cpu_vec_fns k_vec[] = {VEC_FNS(dr_cpu_avx2),       VEC_FNS(dr_cpu_avx2p1),      VEC_FNS(dr_cpu_avx2p2),
-                                       VEC_FNS(dr_cpu_avx2p3),     VEC_FNS(dr_cpu_avx2p4),      VEC512_FNS(dr_cpu_avx512),
-                                       VEC512_FNS(dr_cpu_avx512p1), VEC512_FNS(dr_cpu_avx512p2), VEC512_FNS(dr_cpu_avx512p3),
-                                       VEC512_FNS(dr_cpu_avx512p4)};
+                                       VEC_FNS(dr_cpu_avx2p3),     VEC_FNS(dr_cpu_avx2p4),      VEC_FNS(dr_cpu_avx512),
+                                       VEC_FNS(dr_cpu_avx512p1), VEC_FNS(dr_cpu_avx512p2), VEC_FNS(dr_cpu_avx512p3),
+                                       VEC_FNS(dr_cpu_avx512p4)};
 
 /* the vector entry points of a resolved path; NULL for the portable one */
 static const dr_cpu_vec_fns *vec_of(dr_cpu_path p) {
