@@ -44,12 +44,13 @@ const char *cu_unavailable(char *why, size_t why_size);
  * CT_CUDA_MOE_LEAN_NEXT the lean down kernel's (moe_lean.* entries), CT_CUDA_MOE_XT_NEXT the decode
  * gate/up kernel's transposed SwiGLU layout (defect 4), CT_CUDA_GROUPED_STAGE the staged grouped
  * down kernel's tile staging (group defect 2), CT_CUDA_MOE_STALE_VIEW / _STALE_ROW the persistent
- * kernels' item walks (defects 5, 6; moe_persist.* entries). */
+ * kernels' item walks (defects 5, 6; moe_persist.* entries), CT_CUDA_GROUPED_WALK_GU / _DN the
+ * grouped walk kernels' x kept across tiles (group defects 3, 4; moe_grouped_walk.cuh). */
 #define CT_CUDA_MOE_VARIANTS 8
 #define CT_CUDA_MOE_FIRST 5 /* CM_MOE of contract_cuda_model.c */
 enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT,
        CT_CUDA_MOE_LEAN_NEXT, CT_CUDA_MOE_XT_NEXT, CT_CUDA_GROUPED_STAGE, CT_CUDA_MOE_STALE_VIEW,
-       CT_CUDA_MOE_STALE_ROW };
+       CT_CUDA_MOE_STALE_ROW, CT_CUDA_GROUPED_WALK_GU, CT_CUDA_GROUPED_WALK_DN };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
 

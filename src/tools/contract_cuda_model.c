@@ -669,6 +669,8 @@ int ct_cuda_model_controls(ct_kernel *out, int max) {
         {CM_MOE + 6, CT_CUDA_NO_RENORM, "device: top-k weights not renormalised"},
         {CM_MOE + 3, CT_CUDA_GROUPED_TILE, "device: grouped experts: pairs past an expert's first tile dropped"},
         {CM_MOE + 1, CT_CUDA_GROUPED_STAGE, "device: staged grouped down: a tile's first SwiGLU row staged from its second pair"},
+        {CM_MOE + 1, CT_CUDA_GROUPED_WALK_GU, "device: grouped walk gate/up: a warp keeps the previous tile's x in a new tile"},
+        {CM_MOE + 3, CT_CUDA_GROUPED_WALK_DN, "device: grouped walk down: a warp keeps the previous tile's x in a new tile"},
         {CM_MOE + 1, CT_CUDA_MOE_UP_NEXT, "device: decode gate/up kernel reads the next output's up row"},
         {CM_MOE + 3, CT_CUDA_MOE_WSEL_NEXT, "device: decode down kernel weights a rank with the next rank's weight"},
         {CM_MOE + 1, CT_CUDA_MOE_XT_NEXT, "device: decode gate/up kernel writes each SwiGLU value one chunk over (XT)"},

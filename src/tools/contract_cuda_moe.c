@@ -121,11 +121,12 @@ static double choose(const ev *sc, const int *slot, int *ids, int tk) {
 
 /* positive: the fp16-discriminating fixture (positive x and expert weights); its variant accumulates
  * every expert product in fp16 (the reference's alt sums) */
-/* lean: bit 0 the lean down kernel, bit 1 the plain layout (XT=0); pb < 0: routing and decode
+/* wb > 0: the grouped path's walk kernels on at most wb blocks (every warp walks many tiles: the x
+ * kept across items and the loads issued across tiles); lean: bit 0 the lean down kernel, bit 1 the plain layout (XT=0); pb < 0: routing and decode
  * kernels as before (DRAMA_CUDA_MOE_PERSIST=0), pb >= 0: moe_persist.cuh's (pb > 0: at most pb blocks
  * per row, so every warp walks many items), then also the old kernels on the same inputs, bit for bit */
 static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
-                     int tk, int lean, int pb, int H) {
+                     int tk, int lean, int pb, int H, int wb) {
     const int f = moe_v[vi].f, fused = moe_v[vi].fused;
     moe_w m;
     moe_w_make(&m, f, fused, moe_v[vi].pruned, positive, s, H);
@@ -219,6 +220,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (m.ok && !t->failed && dr_cuda_moe_create(t->c, &d, &dm, &t->err)) t->failed = 1;
     if (dm && k->control == CT_CUDA_GROUPED_TILE) dr_cuda_moe_set_group_defect(dm, 1);
     if (dm && k->control == CT_CUDA_GROUPED_STAGE) dr_cuda_moe_set_group_defect(dm, 2);
+    if (dm && k->control == CT_CUDA_GROUPED_WALK_GU) dr_cuda_moe_set_group_defect(dm, 3);
+    if (dm && k->control == CT_CUDA_GROUPED_WALK_DN) dr_cuda_moe_set_group_defect(dm, 4);
+    if (dm) dr_cuda_moe_set_walk_blocks(dm, wb);
     /* both paths on the same rows: per row (the frame step's), then grouped by expert (the prefill's) */
     float *yg = xm((size_t)(n * H) * 4);
     if (dm && k->control == CT_CUDA_MOE_UP_NEXT) dr_cuda_moe_plant_defect(dm, 1);
@@ -261,7 +265,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm) dr_cuda_moe_set_group_min(dm, 1);
     /* poisoned again: the grouped path must write every SwiGLU row it reads, not find the per-row path's */
     if (ws && !t->failed && dr_cuda_memset(t->c, ws, 0xFF, wsb, &t->err)) t->failed = 1;
+    const int64_t walk0 = dm ? dr_cuda_moe_walk_calls(dm) : -1;
     if (dm && !t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dyg, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
+    const int64_t walked = walk0 >= 0 ? dr_cuda_moe_walk_calls(dm) - walk0 : -1; /* -1: not the walk kernels */
     cu_get(t, yg, dyg, (size_t)(n * H) * 4);
     if (dm && !t->failed && dr_cuda_status_check(t->c, dst, "moe", &t->err)) t->failed = 1;
     /* a row with a NaN input has no finite score: the router error (grouped path) */
@@ -283,6 +289,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (pb > 0) snprintf(grid, sizeof grid, " persistent, <= %d blocks a row", pb);
     else if (pb == 0) snprintf(grid, sizeof grid, " persistent");
     if (H != H0) snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " H=%d", H);
+    if (wb > 0) snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " walk <= %d blocks", wb);
     snprintf(name, sizeof name, "%s%s n=%d experts %d/%d top-%d norm_topk=%d%s%s", positive ? "fp16-discriminating " : "",
              k->name, n, m.n_kept, E, tk, norm, (lean & 2) ? " plain x (XT=0)" : "", grid);
     if (!m.ok) ct_case_error(res, name, "could not build the weights");
@@ -293,6 +300,11 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         double *yrow = xm((size_t)(n * H) * 8), *z0 = xm((size_t)(n * H) * 8);
         for (int64_t i = 0; i < (int64_t)n * H; i++) yrow[i] = y[i];
         ct_compare(res, "grouped by expert == per row (bit for bit)", yg, yrow, z0, (int64_t)n * H);
+        if (walked >= 0) { /* the fixtures reach the walk kernels (the default grouped kernels) */
+            float ran = (float)walked;
+            double once = 1, zero = 0;
+            ct_compare(res, "the grouped call ran the walk kernels (moe_grouped_walk.cuh)", &ran, &once, &zero, 1);
+        }
         if (pb >= 0) { /* the persistent kernels == the old routing and decode kernels */
             ct_compare(res, "persistent == DRAMA_CUDA_MOE_PERSIST=0 (bit for bit)", yo, yrow, z0, (int64_t)n * H);
             double wp[64 * TOPK_MAX], zw[64 * TOPK_MAX] = {0};
@@ -318,13 +330,18 @@ void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant - CT_CUDA_MOE_FIRST;
     uint64_t s = ctx->seed ^ (0x4d4f45ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0, -1, H0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0, -1, H0);
-    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0, -1, H0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0, -1, H0);
-    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1, H0); /* 10 pairs per expert: more than one tile of the grouped path */
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2, -1, H0);  /* the decode kernels with x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2, -1, H0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, TOPK, 0, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 0, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 17, vi % 2 == 0, 0, TOPK, 0, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, TOPK, 0, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1, H0, 0); /* 10 pairs per expert: more than one tile of the grouped path */
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, TOPK, 2, -1, H0, 0);  /* the decode kernels with x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, TOPK, 2, -1, H0, 0);
+    /* the walk kernels on one or two blocks: each warp crosses many tiles (and, at H = 2048, the
+     * BF16 shared expert's two gate/up batches a row); the walk controls are red here */
+    moe_case(k, &t, res, &s, vi, 40, 1, 0, TOPK, 0, -1, H0, 1);
+    moe_case(k, &t, res, &s, vi, 17, 1, 0, TOPK, 0, -1, H0, 2);
+    moe_case(k, &t, res, &s, vi, 9, 1, 0, TOPK, 0, -1, HMAX, 1);
     cu_close(&t);
 }
 
@@ -344,12 +361,12 @@ static void check_moe_lean(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant;
     uint64_t s = ctx->seed ^ (0x4c45414eull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, -1, H0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, -1, H0);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, -1, H0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, -1, H0);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, -1, H0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, -1, H0); /* lean, x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, -1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, -1, H0, 0); /* lean, x in the plain layout */
     cu_close(&t);
 }
 
@@ -371,17 +388,17 @@ static void check_moe_persist(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
     if (cu_open(&t, res)) return;
     int vi = k->variant;
     uint64_t s = ctx->seed ^ (0x50455253ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0, H0);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, H0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3, H0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2, H0);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1, H0);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0, H0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1, H0); /* x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0, H0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0, H0, 0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2, H0, 0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1, H0, 0); /* x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0, H0, 0);
     /* H = 2048 (the model's): several batches a gate/up row (FP8: 2, the BF16 shared expert: 4), 2048 outputs */
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, HMAX);
-    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3, 2, HMAX);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, HMAX, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3, 2, HMAX, 0);
     cu_close(&t);
 }
 

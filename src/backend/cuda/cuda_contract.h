@@ -64,9 +64,18 @@ drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float 
 void dr_cuda_attn_plant_defect(int defect);
 
 /* The MoE layer's grouped path (moe_prefill.cu) with a planted defect: 1 = each expert's pairs past
- * the first tile are dropped (inside the gate/up kernel's tile loop); 0 = the real kernel. */
+ * the first tile are dropped (inside the first gate/up kernel's tile loop), 2 = the staged down kernel
+ * stages a tile's first row from its second pair, 3 / 4 = the walk gate/up / down kernel keeps the
+ * previous tile's x when a warp's segment enters a new tile; each selects the kernels it is planted
+ * in; 0 = the real kernels. */
 struct dr_cuda_moe;
 void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect);
+/* How many calls of m ran the grouped path's walk kernels (moe_grouped_walk.cuh), or -1 when m's grouped
+ * path is not the walk (DRAMA_CUDA_MOE_GROUPED=old / staged, or a control of those kernels). */
+int64_t dr_cuda_moe_walk_calls(const struct dr_cuda_moe *m);
+/* The walk kernels of m on at most `blocks` blocks from now on (0: the grid the occupancy gives, one
+ * wave on every SM), so the contract's warps walk many tiles whatever the GPU. */
+void dr_cuda_moe_set_walk_blocks(struct dr_cuda_moe *m, int blocks);
 /* The MoE layer's few-row expert kernels (moe_decode.cuh) with a planted defect from then on:
  * 1 = the up row of the next output, 2 = each rank weighted with the next rank's routing weight,
  * 4 = (DRAMA_CUDA_XT=1) each SwiGLU value written a chunk over in the transposed layout; 0 = none. */

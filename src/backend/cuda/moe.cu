@@ -36,13 +36,14 @@ moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base) {
     w.slots = (int32_t *)(p + off), off += al((size_t)n * m->topk * 4);
     w.wsel = (float *)(p + off), off += al((size_t)n * m->topk * 4);
     w.act = (float *)(p + off), off += al((size_t)n * (m->topk + 1) * m->W * 4);
-    w.ydn = w.act, w.used = w.ustart = w.ucount = w.pairs = NULL;
+    w.ydn = w.act, w.used = w.ustart = w.ucount = w.pairs = w.vt = NULL;
     if (n >= m->group_min_n) { /* the grouped path's lists and per-pair down outputs */
         w.ydn = (float *)(p + off), off += al((size_t)n * (m->topk + 1) * m->H * 4);
         w.used = (int32_t *)(p + off), off += al((size_t)(m->n_kept + 2) * 4);
         w.ustart = (int32_t *)(p + off), off += al((size_t)m->n_kept * 4);
         w.ucount = (int32_t *)(p + off), off += al((size_t)m->n_kept * 4);
         w.pairs = (int32_t *)(p + off), off += al((size_t)n * m->topk * 4);
+        w.vt = (int32_t *)(p + off), off += al((size_t)3 * n * m->topk * 4);
     }
     w.bytes = off;
     return w;
@@ -119,9 +120,11 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->H = d->H, m->I = d->I, m->Is = d->Is;
     m->W = ((d->I > d->Is ? d->I : d->Is) + 3) / 4 * 4;
     m->router = d->router, m->sh_gate_proj = d->sh_gate_proj;
-    const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED"); /* 0: every call per row, staged: the staged grouped kernels */
+    /* 0: every call per row; old / staged: the grouped path's first or staged kernels; else (walk) moe_grouped_walk.cuh */
+    const char *grp = getenv("DRAMA_CUDA_MOE_GROUPED");
     m->group_min_n = grp && !strcmp(grp, "0") ? ((int64_t)1 << 40) : DR_CUDA_MOE_GROUP_MIN_N;
-    m->group_old = !(grp && !strcmp(grp, "staged")); /* staged: moe_grouped_staged.cuh (opt-in: its control missed on the H200) */
+    m->group_kind = grp && !strcmp(grp, "old") ? MOE_GROUP_OLD : grp && !strcmp(grp, "staged") ? MOE_GROUP_STAGED : MOE_GROUP_WALK;
+    m->walk_calls = 0;
     const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* default lean (H200: 7.72 vs 8.30 ms a frame); decode: the old kernel */
     m->down_lean = !(dn && !strcmp(dn, "decode"));
     const char *ps = getenv("DRAMA_CUDA_MOE_PERSIST"); /* 0: moe_route_kernel and moe_decode.cuh's kernels */

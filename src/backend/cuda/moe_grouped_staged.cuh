@@ -2,7 +2,8 @@
  * staged in shared memory and the weight rows streamed by warps that keep the next batch of loads in
  * flight (included by moe_prefill.cu after grp_select; taken when every routed expert has one format
  * per weight kind and H, I and Is are multiples of 32 values, as the decode kernels need, and a tile's
- * rows fit the shared memory; DRAMA_CUDA_MOE_GROUPED=old keeps the kernels before them).
+ * rows fit the shared memory; opt-in, DRAMA_CUDA_MOE_GROUPED=staged; the default is
+ * moe_grouped_walk.cuh, =old the first kernels).
  *
  * Why (H200, bench/RESULTS.md "fifth pass"): the old kernels gave each warp one output row of one
  * expert, read the pairs' activation rows through L1 for every chunk (FP8: 64 bytes of x per 16 bytes
@@ -73,6 +74,35 @@ __device__ __forceinline__ int64_t gs_pair(const grp_sel &s, const int32_t *pair
     return s.shared ? n * k + t : pairs[s.p0 + t];
 }
 
+/* The prologue both staged kernels share: the block's expert (blockIdx.y + u0x; false: the block
+ * leaves) and its shared-memory tile buffer. */
+__device__ __forceinline__ bool gs_begin(int64_t u0x, int64_t n, int64_t umax, const int32_t *used, const int32_t *ustart,
+                                         const int32_t *ucount, const moe_expert *experts, const moe_expert *shared,
+                                         int64_t I, int64_t Is, grp_sel *s, float **xs) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
+    extern __shared__ float4 gs4[];
+    *xs = reinterpret_cast<float *>(gs4);
+    return grp_select(blockIdx.y + u0x, umax, n, used, ustart, ucount, experts, shared, I, Is, s);
+}
+
+/* The tile at t0 (nt pairs): the pairs' act rows jy, and their activation rows (down: the pairs'
+ * SwiGLU rows of act, W apart; else the pairs' x rows, H apart) staged chunk-transposed in xs, then
+ * the block's barrier. Planted 2 (down): the tile's first row staged from its second pair. */
+template <int EPC>
+__device__ __forceinline__ void gs_tile(const grp_sel &s, const int32_t *pairs, int64_t n, int k, int64_t t0, int nt,
+                                        bool down, int defect, const float *in, int64_t W, int64_t H, int64_t cols,
+                                        float *xs, int64_t (&jy)[GS_NT]) {
+    const float *src[GS_NT];
+#pragma unroll
+    for (int j = 0; j < GS_NT; j++) jy[j] = j < nt ? gs_pair(s, pairs, n, k, t0 + j) : 0;
+#pragma unroll
+    for (int j = 0; j < GS_NT; j++)
+        src[j] = down ? in + (defect == 2 && j == 0 && nt > 1 ? jy[1] : jy[j]) * W
+                      : in + (j < nt ? (s.shared ? t0 + j : jy[j] / k) : 0) * H;
+    gs_stage<EPC>(xs, src, nt, cols);
+    __syncthreads();
+}
+
 /* Block (64 output rows, u = blockIdx.y + u0): the gate and up rows of each output row of expert u
  * against the tile's staged x rows; warp w walks rows r0 + w, r0 + w + 8, ..., loading the next batch
  * (4 chunks per lane of gate and of up) before it dots the current one. */
@@ -81,11 +111,9 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
 moe_gu_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart,
                      const int32_t *ucount, const int32_t *pairs, const moe_expert *experts, moe_expert shared, int64_t I,
                      int64_t Is, int64_t W, int64_t H, const float *x, float *act) {
-    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
-    extern __shared__ float4 gs4[];
-    float *xs = reinterpret_cast<float *>(gs4);
     grp_sel s;
-    if (!grp_select(blockIdx.y + u0x, umax, n, used, ustart, ucount, experts, &shared, I, Is, &s)) return;
+    float *xs;
+    if (!gs_begin(u0x, n, umax, used, ustart, ucount, experts, &shared, I, Is, &s, &xs)) return;
     const int64_t rb = (int64_t)blockIdx.x * GS_WARPS * GS_GU_ROWS, re = min(rb + GS_WARPS * GS_GU_ROWS, s.width);
     if (rb >= s.width) return; /* the whole block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -107,15 +135,8 @@ moe_gu_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, co
                     if (ch < nch) ga[q] = ld_stream(G.data + r * G.pitch + ch * 16), ua[q] = ld_stream(U.data + (u0 + r) * U.pitch + ch * 16);
                 }
             }
-            const float *src[GS_NT];
             int64_t jy[GS_NT];
-#pragma unroll
-            for (int j = 0; j < GS_NT; j++) {
-                jy[j] = j < nt ? gs_pair(s, pairs, n, k, t0 + j) : 0;
-                src[j] = x + (j < nt ? (s.shared ? t0 + j : jy[j] / k) : 0) * H;
-            }
-            gs_stage<EPC>(xs, src, nt, H);
-            __syncthreads();
+            gs_tile<EPC>(s, pairs, n, k, t0, nt, false, defect, x, W, H, H, xs, jy);
             if (live) {
                 float ag[GS_NT], au[GS_NT];
 #pragma unroll
@@ -170,11 +191,9 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
 moe_down_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, const int32_t *used, const int32_t *ustart,
                        const int32_t *ucount, const int32_t *pairs, const moe_expert *experts, moe_expert shared,
                        int64_t I, int64_t Is, int64_t W, int64_t H, const float *act, float *ydn) {
-    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
-    extern __shared__ float4 gs4[];
-    float *xs = reinterpret_cast<float *>(gs4);
     grp_sel s;
-    if (!grp_select(blockIdx.y + u0x, umax, n, used, ustart, ucount, experts, &shared, I, Is, &s)) return;
+    float *xs;
+    if (!gs_begin(u0x, n, umax, used, ustart, ucount, experts, &shared, I, Is, &s, &xs)) return;
     const int64_t hb = (int64_t)blockIdx.x * GS_WARPS * GS_DN_ROWS;
     if (hb >= H) return; /* the whole block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -194,15 +213,8 @@ moe_down_staged_kernel(int defect, int64_t u0x, int64_t n, int k, int64_t umax, 
                 for (int q = 0; q < GS_DN_R; q++)
                     if (h + q < he && lane < nch) va[q] = ld_stream(D.data + (h + q) * D.pitch + lane * 16);
             }
-            const float *src[GS_NT];
             int64_t jy[GS_NT];
-#pragma unroll
-            for (int j = 0; j < GS_NT; j++) jy[j] = j < nt ? gs_pair(s, pairs, n, k, t0 + j) : 0;
-#pragma unroll
-            for (int j = 0; j < GS_NT; j++) /* planted 2: the tile's first row staged from its second pair */
-                src[j] = act + (defect == 2 && j == 0 && nt > 1 ? jy[1] : jy[j]) * W;
-            gs_stage<EPC>(xs, src, nt, K);
-            __syncthreads();
+            gs_tile<EPC>(s, pairs, n, k, t0, nt, true, defect, act, W, H, K, xs, jy); /* planted 2 inside */
             if (live) {
                 float acc[GS_DN_R][GS_NT];
 #pragma unroll

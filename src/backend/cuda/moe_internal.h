@@ -21,7 +21,9 @@ struct dr_cuda_moe {
     const dr_cuda_weight *router, *sh_gate_proj;
     int64_t group_min_n;    /* calls of at least this many rows take the grouped experts (moe_prefill.cu) */
     int group_defect;       /* the contract's planted defect of the grouped path (cuda_contract.h); 0 */
-    int group_old;          /* 1: the grouped path's first kernels (default); 0: staged (DRAMA_CUDA_MOE_GROUPED=staged) */
+    int group_kind;         /* the grouped path's expert kernels (DRAMA_CUDA_MOE_GROUPED): MOE_GROUP_WALK (default), _OLD, _STAGED */
+    mutable int64_t walk_calls; /* calls that ran the walk kernels (the contract checks its fixtures reach them) */
+    int walk_blocks;        /* > 0: the walk kernels on at most that many blocks (the contract's long walks); 0: one wave */
     int down_fmt;           /* the routed experts' one down format (gate = up format per expert), -1: mixed */
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
     int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */
@@ -30,15 +32,17 @@ struct dr_cuda_moe {
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
 };
 
+enum { MOE_GROUP_WALK = 0, MOE_GROUP_OLD = 1, MOE_GROUP_STAGED = 2 };
+
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
  * and, for the grouped path, ydn [n (k+1)][H] | used [n_kept + 2] | ustart [n_kept] | ucount
- * [n_kept] | pairs [n k] (moe_prefill.cu) */
+ * [n_kept] | pairs [n k] | vt [3 n k] (the walk kernels' tiles; moe_prefill.cu) */
 struct moe_ws {
     float *scores, *sg;
     int32_t *ids, *slots;
     float *wsel, *act;
     float *ydn;
-    int32_t *used, *ustart, *ucount, *pairs;
+    int32_t *used, *ustart, *ucount, *pairs, *vt;
     size_t bytes;
 };
 moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base);

@@ -15,12 +15,13 @@
 #define GRP_WARPS 4     /* output rows per block */
 #define BUCKET_THREADS 1024
 #define COMBINE_THREADS 256
+#define WK_NP 2         /* pairs a tile of the walk kernels (moe_grouped_walk.cuh): a gate/up tile's x in 128 registers */
 
 /* ---- the used experts and their pairs (one block) ---- */
 
 __global__ void __launch_bounds__(BUCKET_THREADS)
 moe_bucket_kernel(int64_t npairs, int n_kept, const int32_t *slots, int32_t *used, int32_t *ustart, int32_t *ucount,
-                  int32_t *pairs) {
+                  int32_t *pairs, int32_t *vt) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ int bsm[]; /* cnt [n_kept] | fill [n_kept] */
     int *cnt = bsm, *fill = bsm + n_kept;
@@ -31,25 +32,28 @@ moe_bucket_kernel(int64_t npairs, int n_kept, const int32_t *slots, int32_t *use
         if (s >= 0 && s < n_kept) atomicAdd(&cnt[s], 1);
     }
     __syncthreads();
-    if (threadIdx.x < 32) { /* warp 0: used experts in slot order, their starts (exclusive scans) */
+    if (threadIdx.x < 32) { /* warp 0: used experts in slot order, their starts and tiles (exclusive scans) */
         const int lane = threadIdx.x, per = (n_kept + 31) / 32;
         const int e0 = min(lane * per, n_kept), e1 = min(e0 + per, n_kept);
-        int nu = 0, tot = 0;
+        int nu = 0, tot = 0, nv = 0;
         for (int e = e0; e < e1; e++)
-            if (cnt[e]) nu++, tot += cnt[e];
-        int su = nu, st = tot;
+            if (cnt[e]) nu++, tot += cnt[e], nv += (cnt[e] + WK_NP - 1) / WK_NP;
+        int su = nu, st = tot, sv = nv;
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
             int a = __shfl_up_sync(0xFFFFFFFFu, su, off), b = __shfl_up_sync(0xFFFFFFFFu, st, off);
-            if (lane >= off) su += a, st += b;
+            int c = __shfl_up_sync(0xFFFFFFFFu, sv, off);
+            if (lane >= off) su += a, st += b, sv += c;
         }
-        su -= nu, st -= tot;
+        su -= nu, st -= tot, sv -= nv;
         for (int e = e0; e < e1; e++)
             if (cnt[e]) {
                 used[2 + su] = e, ustart[su] = st, ucount[su] = cnt[e], fill[e] = st;
+                for (int j = 0; j < cnt[e]; j += WK_NP, sv++) /* the walk kernels' tiles: slot, first pair, count */
+                    vt[3 * sv] = e, vt[3 * sv + 1] = st + j, vt[3 * sv + 2] = min(WK_NP, cnt[e] - j);
                 su++, st += cnt[e];
             }
-        if (lane == 31) used[0] = su;
+        if (lane == 31) used[0] = su, used[1] = sv;
     }
     __syncthreads();
     /* the order of pairs inside an expert's list does not change any value (each pair is its own sum) */
@@ -212,6 +216,7 @@ moe_down_grouped_kernel(int64_t n, int k, int64_t umax, const int32_t *used, con
 }
 
 #include "backend/cuda/moe_grouped_staged.cuh"
+#include "backend/cuda/moe_grouped_walk.cuh"
 
 /* moe_down_kernel's combine: ranks in order, then the gated shared expert, then the residual */
 __global__ void __launch_bounds__(COMBINE_THREADS)
@@ -229,8 +234,20 @@ moe_combine_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
 }
 
 extern "C" void dr_cuda_moe_set_group_defect(struct dr_cuda_moe *m, int defect) {
-    if (m) m->group_defect = defect;
-    if (m && defect == 2) m->group_old = 0; /* the staged kernels' control runs them (they are opt-in) */
+    if (!m) return;
+    m->group_defect = defect;
+    /* each control runs the kernels it is planted in: 1 the first ones, 2 the staged, 3-4 the walk */
+    if (defect == 1) m->group_kind = MOE_GROUP_OLD;
+    if (defect == 2) m->group_kind = MOE_GROUP_STAGED;
+    if (defect == 3 || defect == 4) m->group_kind = MOE_GROUP_WALK;
+}
+
+extern "C" void dr_cuda_moe_set_walk_blocks(struct dr_cuda_moe *m, int blocks) {
+    if (m) m->walk_blocks = blocks > 0 ? blocks : 0;
+}
+
+extern "C" int64_t dr_cuda_moe_walk_calls(const struct dr_cuda_moe *m) {
+    return m && m->group_kind == MOE_GROUP_WALK ? m->walk_calls : -1;
 }
 
 drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
@@ -240,13 +257,29 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
     if (umax + 1 > 65535) return dr_fail(err, DRAMA_EUNSUPPORTED, "CUDA MoE grouped: %lld experts", (long long)umax);
     drama_status s;
     dr_launch(c->pdl, moe_bucket_kernel, 1, BUCKET_THREADS, (size_t)2 * m->n_kept * sizeof(int), c->stream, npairs,
-              m->n_kept, w->slots, w->used, w->ustart, w->ucount, w->pairs);
+              m->n_kept, w->slots, w->used, w->ustart, w->ucount, w->pairs, w->vt);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE bucket launch", err))) return s;
     int64_t wmax = m->I > m->Is ? m->I : m->Is;
     /* the staged kernels (moe_grouped_staged.cuh): one routed format per weight kind, whole chunks, a tile in 48 KiB */
-    const bool staged = !m->group_old && m->down_fmt >= 0 && m->gu_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
+    /* the walk kernels (moe_grouped_walk.cuh, the default): one routed format per kind, a lane's x in registers */
+    const bool walk = m->group_kind == MOE_GROUP_WALK && m->down_fmt >= 0 && m->gu_fmt >= 0 && wk_fits_gu(m->gu_fmt, m->H) &&
+                      wk_fits_gu(m->shared.gate.fmt, m->H) && m->shared.up.fmt == m->shared.gate.fmt &&
+                      wk_fits_dn(m->down_fmt, m->I) && wk_fits_dn(m->shared.down.fmt, m->Is) &&
+                      wk_items_fit(n, m->topk, m->H > wmax ? m->H : wmax);
+    const bool staged = m->group_kind == MOE_GROUP_STAGED && m->down_fmt >= 0 && m->gu_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
                         gs_smem(m->H) <= GS_SMEM_MAX && gs_smem(wmax) <= GS_SMEM_MAX;
-    if (staged) { /* routed experts then the shared one, each kind in its format: four launches */
+    if (walk) { /* routed tiles then the shared expert's, each kind in its format: four launches */
+        const wk_args wa = {m->group_defect, n, m->topk, w->used, w->vt, w->pairs, m->experts, m->shared,
+                            m->I, m->Is, m->W, m->H};
+        const int sms = c->info.sm_count, cap = m->walk_blocks;
+        cudaError_t e = wk_launch(m->gu_fmt, wa, false, 0, sms, cap, c->pdl, x, w->act, c->stream);
+        if (e == cudaSuccess) e = wk_launch(m->shared.gate.fmt, wa, false, 1, sms, cap, c->pdl, x, w->act, c->stream);
+        if ((s = dr_cuda_check(e, "MoE walk gate/up launch", err))) return s;
+        e = wk_launch(m->down_fmt, wa, true, 0, sms, cap, c->pdl, w->act, w->ydn, c->stream);
+        if (e == cudaSuccess) e = wk_launch(m->shared.down.fmt, wa, true, 1, sms, cap, c->pdl, w->act, w->ydn, c->stream);
+        if ((s = dr_cuda_check(e, "MoE walk down launch", err))) return s;
+        m->walk_calls++;
+    } else if (staged) { /* routed experts then the shared one, each kind in its format: four launches */
         const gs_args ga = {m->group_defect, n, m->topk, umax, w->used, w->ustart, w->ucount, w->pairs, m->experts,
                             m->shared, m->I, m->Is, m->W, m->H, c->pdl};
         cudaError_t e = gs_launch(m->gu_fmt, ga, false, 0, umax, x, w->act, c->stream);
