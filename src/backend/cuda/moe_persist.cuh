@@ -1,7 +1,8 @@
 /* moe_persist.cuh - the MoE decode path (n <= MOE_DECODE_MAX_N rows) with persistent warps, and the
  * routing kernel without its top-k rounds (issue 13). Included by moe.cu after moe_decode.cuh;
  * chosen by dr_cuda_moe_create unless DRAMA_CUDA_MOE_PERSIST=0 (then moe_route_kernel and
- * moe_decode.cuh's kernels run, as before). NOT YET RUN ON A GPU (docs/cuda.md).
+ * moe_decode.cuh's kernels run, as before; =2: this routing kernel with moe_persist2.cu's expert
+ * kernels). Its routing kernel and moe.cu's share route_fail / route_softmax (below).
  *
  * Why: gate_up_decode_kernel (810 GB/s) and moe_down_lean_kernel (425 GB/s) run each block as one
  * serial chain (slots -> expert view -> x staging -> weight loads -> dot) in 2-3 waves; the down
