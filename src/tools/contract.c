@@ -112,7 +112,7 @@ void ct_discriminate(ct_result *res, const char *case_name, const float *alt, co
 
 /* ---- runner ---- */
 
-#define CT_MAX 320 /* kernels (and controls) registered; the CUDA build holds about 200 kernels + the format fixtures */
+#define CT_MAX 256 /* kernels (and controls) registered; the CUDA build holds about 190 kernels + the format fixtures */
 
 static int pattern_matches(const char *pat, const char *s) {
     if (strpbrk(pat, "*?[")) return fnmatch(pat, s, 0) == 0;
