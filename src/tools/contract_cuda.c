@@ -376,6 +376,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_moe_lean_kernels(out + n, max - n);
     n += ct_cuda_pdl_kernels(out + n, max - n);
     n += ct_cuda_moe_persist_kernels(out + n, max - n);
+    n += ct_cuda_moe_persist2_kernels(out + n, max - n);
     return n;
 }
 
@@ -404,6 +405,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_moe_lean_controls(out + n, max - n);
     n += ct_cuda_pdl_controls(out + n, max - n);
     n += ct_cuda_moe_persist_controls(out + n, max - n);
+    n += ct_cuda_moe_persist2_controls(out + n, max - n);
     return n;
 }
 

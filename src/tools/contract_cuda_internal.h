@@ -45,12 +45,15 @@ const char *cu_unavailable(char *why, size_t why_size);
  * gate/up kernel's transposed SwiGLU layout (defect 4), CT_CUDA_GROUPED_STAGE the staged grouped
  * down kernel's tile staging (group defect 2), CT_CUDA_MOE_STALE_VIEW / _STALE_ROW the persistent
  * kernels' item walks (defects 5, 6; moe_persist.* entries), CT_CUDA_GROUPED_WALK_GU / _DN the
- * grouped walk kernels' x kept across tiles (group defects 3, 4; moe_grouped_walk.cuh). */
+ * grouped walk kernels' x kept across tiles (group defects 3, 4; moe_grouped_walk.cuh),
+ * CT_CUDA_MOE_P2_NEXT_ROW / _STALE_SHARED the second persistent kernels' walks (defects 7, 8;
+ * moe_persist2.* entries). */
 #define CT_CUDA_MOE_VARIANTS 8
 #define CT_CUDA_MOE_FIRST 5 /* CM_MOE of contract_cuda_model.c */
 enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT,
        CT_CUDA_MOE_LEAN_NEXT, CT_CUDA_MOE_XT_NEXT, CT_CUDA_GROUPED_STAGE, CT_CUDA_MOE_STALE_VIEW,
-       CT_CUDA_MOE_STALE_ROW, CT_CUDA_GROUPED_WALK_GU, CT_CUDA_GROUPED_WALK_DN };
+       CT_CUDA_MOE_STALE_ROW, CT_CUDA_GROUPED_WALK_GU, CT_CUDA_GROUPED_WALK_DN, CT_CUDA_MOE_P2_NEXT_ROW,
+       CT_CUDA_MOE_P2_STALE_SHARED };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
 
@@ -79,6 +82,8 @@ int ct_cuda_pdl_kernels(ct_kernel *out, int max);
 int ct_cuda_pdl_controls(ct_kernel *out, int max);
 int ct_cuda_moe_persist_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c: moe_persist.cuh */
 int ct_cuda_moe_persist_controls(ct_kernel *out, int max);
+int ct_cuda_moe_persist2_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c: moe_persist2.cu */
+int ct_cuda_moe_persist2_controls(ct_kernel *out, int max);
 /* the matmul.* entries' stated time limit for format f (contract_cuda.c) */
 double ct_cuda_matmul_limit_ms(int f);
 

@@ -122,7 +122,9 @@ static double choose(const ev *sc, const int *slot, int *ids, int tk) {
 /* positive: the fp16-discriminating fixture (positive x and expert weights); its variant accumulates
  * every expert product in fp16 (the reference's alt sums) */
 /* wb > 0: the grouped path's walk kernels on at most wb blocks (every warp walks many tiles: the x
- * kept across items and the loads issued across tiles); lean: bit 0 the lean down kernel, bit 1 the plain layout (XT=0); pb < 0: routing and decode
+ * kept across items and the loads issued across tiles); lean: bit 0 the lean down kernel, bit 1 the
+ * plain layout (XT=0), bit 2 (with pb >= 0) moe_persist2.cu's expert kernels instead of
+ * moe_persist.cuh's; pb < 0: routing and decode
  * kernels as before (DRAMA_CUDA_MOE_PERSIST=0), pb >= 0: moe_persist.cuh's (pb > 0: at most pb blocks
  * per row, so every warp walks many items), then also the old kernels on the same inputs, bit for bit */
 static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
@@ -233,9 +235,12 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
      * bit-for-bit check below ties both layouts to the same bits */
     if (!t->failed && dr_cuda_set_xt(t->c, !(lean & 2), &t->err)) t->failed = 1;
     if (dm && k->control == CT_CUDA_MOE_LEAN_NEXT) dr_cuda_moe_plant_defect(dm, 3);
-    if (dm) dr_cuda_moe_set_persist(dm, pb >= 0, pb > 0 ? pb : 0);
+    const int pon = (lean & 4) ? 2 : 1; /* lean & 4: moe_persist2.cu's expert kernels (DRAMA_CUDA_MOE_PERSIST=2) */
+    if (dm) dr_cuda_moe_set_persist(dm, pb >= 0 ? pon : 0, pb > 0 ? pb : 0);
     if (dm && k->control == CT_CUDA_MOE_STALE_VIEW) dr_cuda_moe_plant_defect(dm, 5);
     if (dm && k->control == CT_CUDA_MOE_STALE_ROW) dr_cuda_moe_plant_defect(dm, 6);
+    if (dm && k->control == CT_CUDA_MOE_P2_NEXT_ROW) dr_cuda_moe_plant_defect(dm, 7);
+    if (dm && k->control == CT_CUDA_MOE_P2_STALE_SHARED) dr_cuda_moe_plant_defect(dm, 8);
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -260,7 +265,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
         if (!t->failed && dr_cuda_moe_run(t->c, dm, n, dx, dyo, 1, ws, wsb, 3, dst, &t->err)) t->failed = 1;
         cu_get(t, yo, dyo, (size_t)(n * H) * 4);
         if (dwsel) cu_get(t, wsel_o, dwsel, (size_t)(n * tk) * 4);
-        dr_cuda_moe_set_persist(dm, 1, pb > 0 ? pb : 0);
+        dr_cuda_moe_set_persist(dm, pon, pb > 0 ? pb : 0);
     }
     if (dm) dr_cuda_moe_set_group_min(dm, 1);
     /* poisoned again: the grouped path must write every SwiGLU row it reads, not find the per-row path's */
@@ -383,24 +388,27 @@ static void make_persist_names(void) {
         snprintf(persist_names[i], sizeof persist_names[i], "moe_persist.%s", moe_v[i].name + 4);
 }
 
-static void check_moe_persist(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
+/* p2 = 4: moe_persist2.cu's expert kernels (moe_persist2.* entries, the same cases), else 0 */
+static void persist_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int p2) {
     cu_t t;
     if (cu_open(&t, res)) return;
     int vi = k->variant;
-    uint64_t s = ctx->seed ^ (0x50455253ull + (uint64_t)vi * 7919);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 0, H0, 0);
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, H0, 0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1, 3, H0, 0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1, 2, H0, 0);
-    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1, 1, H0, 0);
-    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1, 0, H0, 0);
-    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3, 1, H0, 0); /* x in the plain layout */
-    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3, 0, H0, 0);
+    uint64_t s = ctx->seed ^ (0x50455253ull + (uint64_t)vi * 7919 + (uint64_t)p2 * 104729);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1 | p2, 0, H0, 0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1 | p2, 1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 1, 8, 1 | p2, 3, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 1 | p2, 2, H0, 0);
+    moe_case(k, &t, res, &s, vi, 16, vi % 2 == 0, 0, 8, 1 | p2, 1, H0, 0);
+    moe_case(k, &t, res, &s, vi, 4, 1, 0, 3, 1 | p2, 0, H0, 0);
+    moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 3 | p2, 1, H0, 0); /* x in the plain layout */
+    moe_case(k, &t, res, &s, vi, 16, 1, 0, 8, 3 | p2, 0, H0, 0);
     /* H = 2048 (the model's): several batches a gate/up row (FP8: 2, the BF16 shared expert: 4), 2048 outputs */
-    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1, 1, HMAX, 0);
-    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3, 2, HMAX, 0);
+    moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1 | p2, 1, HMAX, 0);
+    moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3 | p2, 2, HMAX, 0);
     cu_close(&t);
 }
+
+static void check_moe_persist(const ct_kernel *k, ct_ctx *ctx, ct_result *res) { persist_cases(k, ctx, res, 0); }
 
 static const char *k_persist_precision =
     "moe.*'s contract (float64 reference over the stored weights, exact ids, tol = 2x running bound) with the "
@@ -426,6 +434,48 @@ int ct_cuda_moe_persist_controls(ct_kernel *out, int max) {
     for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
         out[n] = (ct_kernel){.name = persist_names[c[i].v], .backend = "cuda/control", .precision = k_persist_precision,
                              .check = check_moe_persist, .variant = c[i].v, .control = c[i].control,
+                             .control_desc = c[i].desc, .unavailable = cu_unavailable};
+    return n;
+}
+
+/* ---- moe_persist2.*: moe_persist2.cu's expert kernels (DRAMA_CUDA_MOE_PERSIST=2) ----
+ * moe_persist.*'s cases with the second persistent kernels: the routed format a template argument,
+ * the shared expert's items first (its loads before the PDL wait), decode's scale indices hoisted;
+ * each case == DRAMA_CUDA_MOE_PERSIST=0 bit for bit, and the grouped path == per row. The capped
+ * grids (1-3 blocks a row) make every warp cross many items and outputs, where the controls sit. */
+static char persist2_names[CT_CUDA_MOE_VARIANTS][40];
+
+static void make_persist2_names(void) {
+    for (int i = 0; i < CT_CUDA_MOE_VARIANTS; i++) /* "moe.bf16" -> "moe_persist2.bf16" */
+        snprintf(persist2_names[i], sizeof persist2_names[i], "moe_persist2.%s", moe_v[i].name + 4);
+}
+
+static void check_moe_persist2(const ct_kernel *k, ct_ctx *ctx, ct_result *res) { persist_cases(k, ctx, res, 4); }
+
+static const char *k_persist2_precision =
+    "moe.*'s contract (float64 reference over the stored weights, exact ids, tol = 2x running bound) with the "
+    "second persistent decode kernels (moe_persist2.cu); == DRAMA_CUDA_MOE_PERSIST=0 and grouped == per row bit for bit";
+
+int ct_cuda_moe_persist2_kernels(ct_kernel *out, int max) {
+    int n = 0;
+    make_persist2_names();
+    for (int v = 0; v < CT_CUDA_MOE_VARIANTS && n < max; v++, n++)
+        out[n] = (ct_kernel){.name = persist2_names[v], .backend = "cuda", .precision = k_persist2_precision,
+                             .check = check_moe_persist2, .variant = v, .unavailable = cu_unavailable};
+    return n;
+}
+
+int ct_cuda_moe_persist2_controls(ct_kernel *out, int max) {
+    const struct { int v, control; const char *desc; } c[] = {
+        {1, CT_CUDA_MOE_P2_NEXT_ROW, "device: second persistent gate/up walk loads a routed next item's rows at the next output's row"},
+        {4, CT_CUDA_MOE_P2_STALE_SHARED, "device: second persistent down walk loads the next output's shared-expert row at the current output's"},
+        {6, CT_CUDA_MOE_WSEL_NEXT, "device: second persistent down kernel weights a rank with the next rank's weight"},
+    };
+    int n = 0;
+    make_persist2_names();
+    for (size_t i = 0; i < sizeof c / sizeof c[0] && n < max; i++, n++)
+        out[n] = (ct_kernel){.name = persist2_names[c[i].v], .backend = "cuda/control", .precision = k_persist2_precision,
+                             .check = check_moe_persist2, .variant = c[i].v, .control = c[i].control,
                              .control_desc = c[i].desc, .unavailable = cu_unavailable};
     return n;
 }

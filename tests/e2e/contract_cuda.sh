@@ -41,6 +41,9 @@ done
 for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do # the default decode path (DRAMA_CUDA_MOE_PERSIST)
     grep -Eq "^PASS moe_persist\.$k +cuda " "$out" || { echo "FAIL: cuda moe_persist.$k missing"; exit 1; }
 done
+for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do # DRAMA_CUDA_MOE_PERSIST=2
+    grep -Eq "^PASS moe_persist2\.$k +cuda " "$out" || { echo "FAIL: cuda moe_persist2.$k missing"; exit 1; }
+done
 grep -q "discr=NO" "$out" && { echo "FAIL: a fixture does not discriminate"; exit 1; }
 # selection by backend/name picks one format and its control only
 "$DRAMA_BIN" contract --only 'cuda/matmul.nvfp4' --no-limits >"$out" 2>&1 || { cat "$out"; echo "FAIL: --only cuda/matmul.nvfp4"; exit 1; }

@@ -92,7 +92,10 @@ void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
  * max_blocks > 0: at most that many blocks per row (each warp walks many items: the contract's
  * cases), 0: sized to the SMs. With it on, planted defect 5 loads the next gate/up item's rows
  * through the current item's expert view and 6 the next output's routed down rows at the current
- * output's row (both inside the item walk), 2 as before. */
+ * output's row (both inside the item walk), 2 as before. on = 2: moe_persist2.cu's expert kernels
+ * (DRAMA_CUDA_MOE_PERSIST=2; the same routing kernel); planted defect 7 loads a routed next gate/up
+ * item's rows at the next output's row, 8 the next down output's shared-expert row at the current
+ * output's (both inside the walk), 2 as before. */
 void dr_cuda_moe_set_persist(struct dr_cuda_moe *m, int on, int max_blocks);
 
 #ifdef __cplusplus

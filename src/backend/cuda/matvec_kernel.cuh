@@ -429,17 +429,12 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     }
 }
 
-/* Blocks of a persistent n = 1 launch: the device's resident blocks of this kernel shared among the
- * jobs in proportion to their rows (a job gets at least one, never more than its rows need). */
+/* Blocks of a persistent n = 1 launch: the device's resident blocks of this kernel (sms: its SM count,
+ * launch_fmt's) shared among the jobs in proportion to their rows (a job gets at least one, never more than its rows need). */
 template <int FMT, int DEFECT, bool XT>
-static void mv1_share_blocks(mv_batch *b, int wpb, size_t smem, int64_t total_rows, unsigned *grid_x) {
-    static int sms = 0, resident[2] = {0, 0}; /* asked once per kernel (not stream operations: fine in a capture) */
+static void mv1_share_blocks(mv_batch *b, int wpb, size_t smem, int sms, int64_t total_rows, unsigned *grid_x) {
+    static int resident[2] = {0, 0}; /* asked once per kernel (not a stream operation: fine in a capture) */
     const int wi = wpb == 16;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
-            sms = 132;
-    }
     if (!resident[wi] &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident[wi], matvec1_kernel<FMT, DEFECT, XT>, wpb * 32, smem))
         resident[wi] = 1;
@@ -477,8 +472,8 @@ static cudaError_t launch_fmt(const mv_batch *b, cudaStream_t stream) {
         const int wpb = total_rows >= 16 * (int64_t)sms ? 16 : 8; /* a block of 16 rows for every SM, else 8 */
         mv_batch pb = *b; /* the jobs with their block shares */
         unsigned gx;
-        if (b->xt) mv1_share_blocks<FMT, DEFECT, true>(&pb, wpb, smem, total_rows, &gx);
-        else mv1_share_blocks<FMT, DEFECT, false>(&pb, wpb, smem, total_rows, &gx);
+        if (b->xt) mv1_share_blocks<FMT, DEFECT, true>(&pb, wpb, smem, sms, total_rows, &gx);
+        else mv1_share_blocks<FMT, DEFECT, false>(&pb, wpb, smem, sms, total_rows, &gx);
         dim3 g1(gx, (unsigned)b->count);
         if (b->xt) dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, true>, g1, wpb * 32, smem, stream, pb);
         else dr_launch(b->pdl, matvec1_kernel<FMT, DEFECT, false>, g1, wpb * 32, smem, stream, pb);

@@ -127,8 +127,9 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->walk_calls = 0;
     const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* default lean (H200: 7.72 vs 8.30 ms a frame); decode: the old kernel */
     m->down_lean = !(dn && !strcmp(dn, "decode"));
-    const char *ps = getenv("DRAMA_CUDA_MOE_PERSIST"); /* 0: moe_route_kernel and moe_decode.cuh's kernels */
-    m->persist = !(ps && !strcmp(ps, "0"));
+    /* 0: moe_route_kernel and moe_decode.cuh's kernels; 2: moe_persist2.cu's expert kernels (unmeasured) */
+    const char *ps = getenv("DRAMA_CUDA_MOE_PERSIST");
+    m->persist = ps && !strcmp(ps, "0") ? 0 : ps && !strcmp(ps, "2") ? 2 : 1;
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -209,29 +210,10 @@ moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t
     double ne = block_sum_d((double)elig, sh);
     mx = block_max_f(mx, shf);
     if (ne == 0.0) {
-        if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_ROUTER, layer, (int)r);
-        if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
-            rst[r].code = DRAMA_ENUMERIC, rst[r].fault = DR_FAULT_ROUTER, rst[r].a = layer;
-        if (threadIdx.x < k) {
-            ids[r * k + threadIdx.x] = slots[r * k + threadIdx.x] = -1;
-            wsel[r * k + threadIdx.x] = 0.0f;
-        }
+        route_fail(r, k, ids, slots, wsel, layer, st, rst);
         return;
     }
-    /* dr_op_softmax: expf(x - max), sum in double, one reciprocal */
-    double sum = 0.0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float ex = expf(fsub(probs[e], mx));
-        probs[e] = ex;
-        sum += ex;
-    }
-    sum = block_sum_d(sum, sh);
-    float inv = (float)(1.0 / sum);
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? fmul(probs[e], inv) : -1.0f;
-        probs[e] = v;
-    }
-    __syncthreads();
+    route_softmax(probs, s, slot, E, mx, sh); /* dr_op_softmax (moe_persist.cuh) */
     /* top-k: k rounds of the largest eligible probability, ties to the lower id */
     for (int q = 0; q < k; q++) {
         unsigned long long best = 0;
@@ -346,6 +328,12 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
+        m->persist == 2 && m->gu_fmt >= 0)
+        return dr_cuda_check(moe_persist2_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
+                                                 m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
+                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms()),
+                             "MoE persistent expert launches (2)", err);
+    if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
         m->persist && m->gu_fmt >= 0)
         return dr_cuda_check(moe_persist_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
                                                 m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
@@ -387,7 +375,7 @@ extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
 }
 
 extern "C" void dr_cuda_moe_set_persist(dr_cuda_moe *m, int on, int max_blocks) {
-    if (m) m->persist = on != 0, m->persist_blocks = max_blocks > 0 ? max_blocks : 0;
+    if (m) m->persist = on == 2 ? 2 : on != 0, m->persist_blocks = max_blocks > 0 ? max_blocks : 0;
 }
 
 extern "C" drama_status dr_cuda_swiglu_matmul(dr_cuda *c, const dr_cuda_weight *gate, const dr_cuda_weight *up,

@@ -28,7 +28,7 @@ struct dr_cuda_moe {
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
     int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */
     int gu_fmt;             /* the routed experts' one gate (= up) format, -1: mixed (moe_persist.cuh and the staged grouped kernels need one) */
-    int persist;            /* 1 (default): moe_persist.cuh's routing and decode kernels; 0: DRAMA_CUDA_MOE_PERSIST=0 */
+    int persist;            /* 1 (default): moe_persist.cuh's routing and decode kernels; 0: DRAMA_CUDA_MOE_PERSIST=0; 2: moe_persist2.cu's expert kernels */
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
 };
 
@@ -53,5 +53,12 @@ moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base);
  * order, fmaf chains, xor tree), SwiGLU and the rank-ordered combine. */
 drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
                                  const moe_ws *w, drama_error *err);
+
+/* moe_persist2.cu (DRAMA_CUDA_MOE_PERSIST=2): moe_persist.cuh's moe_persist_launch with the second
+ * persistent expert kernels; sms: the device's SM count */
+cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, const int32_t *slots,
+                                const float *wsel, const float *sg, const moe_expert *experts,
+                                const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
+                                float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms);
 
 #endif

@@ -1,7 +1,8 @@
 /* moe_persist.cuh - the MoE decode path (n <= MOE_DECODE_MAX_N rows) with persistent warps, and the
  * routing kernel without its top-k rounds (issue 13). Included by moe.cu after moe_decode.cuh;
  * chosen by dr_cuda_moe_create unless DRAMA_CUDA_MOE_PERSIST=0 (then moe_route_kernel and
- * moe_decode.cuh's kernels run, as before). NOT YET RUN ON A GPU (docs/cuda.md).
+ * moe_decode.cuh's kernels run, as before; =2: this routing kernel with moe_persist2.cu's expert
+ * kernels). Its routing kernel and moe.cu's share route_fail / route_softmax (below).
  *
  * Why: gate_up_decode_kernel (810 GB/s) and moe_down_lean_kernel (425 GB/s) run each block as one
  * serial chain (slots -> expert view -> x staging -> weight loads -> dot) in 2-3 waves; the down
@@ -300,6 +301,41 @@ moe_down_persist_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, 
     }
 }
 
+/* ---- routing steps shared by moe.cu's moe_route_kernel and moe_route_rank_kernel ---- */
+
+/* row r has no eligible score: the router error (first failure kept; the seam's per-row status) and
+ * no choice (ids and slots -1, weights 0); every thread of the block calls it */
+__device__ __forceinline__ void route_fail(int64_t r, int k, int32_t *ids, int32_t *slots, float *wsel, int layer,
+                                           dev_status *st, dr_op_status *rst) {
+    if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_ROUTER, layer, (int)r);
+    if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
+        rst[r].code = DRAMA_ENUMERIC, rst[r].fault = DR_FAULT_ROUTER, rst[r].a = layer;
+    if (threadIdx.x < k) {
+        ids[r * k + threadIdx.x] = slots[r * k + threadIdx.x] = -1;
+        wsel[r * k + threadIdx.x] = 0.0f;
+    }
+}
+
+/* dr_op_softmax over probs [E] (the eligible scores, -inf elsewhere; mx their max): expf(x - max),
+ * the sum in double (block_sum_d), one reciprocal; then probs[e] = the probability of an eligible
+ * expert, -1 for the others; ends with a barrier. Every thread of the block calls it. */
+__device__ __forceinline__ void route_softmax(float *probs, const float *s, const int32_t *slot, int E, float mx,
+                                              double *sh) {
+    double sum = 0.0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float ex = expf(fsub(probs[e], mx));
+        probs[e] = ex;
+        sum += ex;
+    }
+    sum = block_sum_d(sum, sh);
+    float inv = (float)(1.0 / sum);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = (slot[e] >= 0 && isfinite(s[e])) ? fmul(probs[e], inv) : -1.0f;
+        probs[e] = v;
+    }
+    __syncthreads();
+}
+
 /* ---- routing: moe_route_kernel's values with fewer barriers ---- */
 
 /* moe_route_kernel's outputs bit for bit. The eligible count and the max share one pair of barriers
@@ -340,29 +376,10 @@ moe_route_rank_kernel(const float *scores, int E, int k, int norm_topk, const in
     for (int off = 16; off > 0; off >>= 1) ne += __shfl_xor_sync(0xFFFFFFFFu, ne, off);
     mx = warp_max_f(lane < nw ? shf[lane] : -INFINITY);
     if (ne == 0) {
-        if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_ROUTER, layer, (int)r);
-        if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
-            rst[r].code = DRAMA_ENUMERIC, rst[r].fault = DR_FAULT_ROUTER, rst[r].a = layer;
-        if (threadIdx.x < k) {
-            ids[r * k + threadIdx.x] = slots[r * k + threadIdx.x] = -1;
-            wsel[r * k + threadIdx.x] = 0.0f;
-        }
+        route_fail(r, k, ids, slots, wsel, layer, st, rst);
         return;
     }
-    /* dr_op_softmax: expf(x - max), sum in double, one reciprocal (moe_route_kernel's steps) */
-    double sum = 0.0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float ex = expf(fsub(probs[e], mx));
-        probs[e] = ex;
-        sum += ex;
-    }
-    sum = block_sum_d(sum, sh);
-    float inv = (float)(1.0 / sum);
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? fmul(probs[e], inv) : -1.0f;
-        probs[e] = v;
-    }
-    __syncthreads();
+    route_softmax(probs, s, slot, E, mx, sh); /* moe_route_kernel's steps */
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         const float p = probs[e];
         if (p < 0.0f) continue; /* not eligible */
@@ -397,13 +414,19 @@ static int mp_epc_host(int fmt) {
     }
 }
 
-static int mp_blocks_per_row(int64_t n, int64_t items, int max_blocks) {
-    static int sms = 0; /* the device's SM count, asked once (not a stream operation: fine in a capture) */
+/* the device's SM count, asked once (not a stream operation: fine in a capture) */
+static int mp_sms(void) {
+    static int sms = 0;
     if (!sms) {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
             sms = 132;
     }
+    return sms;
+}
+
+static int mp_blocks_per_row(int64_t n, int64_t items, int max_blocks) {
+    const int sms = mp_sms();
     int64_t b = (int64_t)sms * 2 / n; /* two resident blocks per SM, shared by the rows */
     const int64_t need = (items + MP_WARPS - 1) / MP_WARPS;
     if (b > need) b = need;
