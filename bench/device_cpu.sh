@@ -5,7 +5,7 @@
 # Runs: the read bandwidth at 1, 2, 16 threads; bench_matmul n = 1 [2048,2048] for every stored
 # format on the avx2 and avx512 loops (DRAMA_CPU_PATH) at 1, 2, 16 threads, GB/s and % of the
 # read bandwidth measured in the same run (issue 17: >= 80%), and at 16 threads again with the pool's
-# chunking of before the third pass (DRAMA_POOL_CLAIM_THREADS=0, rows claim=0) and =4; `drama bench decode --layers L` with
+# grain growing past 2 threads (DRAMA_POOL_CLAIM_THREADS=2 and 4, rows claim=; default 0); `drama bench decode --layers L` with
 # q4 experts at 1, 2, 16 threads, q4 at 16 threads on the AVX2 loops, fp8 at 16;
 # `drama bench codec` at 16, 8 and 1 threads and the AVX2 path at 16, with the whole decode by stage
 # (issue 17: why 16 cores scale poorly), when the binary has it. Each command has a timeout (the
@@ -31,12 +31,11 @@ done
 if [ -x "$D/bench_matmul" ]; then
     printf '#!/bin/sh\nexec %s "%s/bench_matmul" "$@"\n' "${PREFIX[*]:-}" "$D" >/tmp/bench-matmul-dev
     chmod +x /tmp/bench-matmul-dev
-    # t16c0 / t16c4: 16 threads with the pool's chunk grain of before (DRAMA_POOL_CLAIM_THREADS=0)
-    # and a middle one (4), against the default (2) in the t16 row
+    # t16c2 / t16c4: 16 threads with the pool's grain growing past 2 threads (DRAMA_POOL_CLAIM_THREADS=2, 4; default 0)
     for p in avx2 avx512; do
-        for t in 1 2 16 16c0 16c4; do
+        for t in 1 2 16 16c2 16c4; do
             f="$O/bench_matmul_${p}_t$t.txt"
-            c=2; case $t in *c*) c=${t#*c} ;; esac
+            c=0; case $t in *c*) c=${t#*c} ;; esac
             DRAMA_POOL_CLAIM_THREADS=$c DRAMA_CPU_PATH=$p timeout 60 /tmp/bench-matmul-dev --threads "${t%c*}" --n 1 --shape 2048x2048 --min-ms 30 >"$f" 2>&1
             echo "rc=$?" >>"$f"
             echo "matmul n=1 [2048,2048] claim=$c $(head -n 1 "$f" | awk '{ print $3, $4 }') $(awk '/1 GiB/ { print "read", $(NF-1), "GB/s:" }

@@ -53,8 +53,10 @@ void dr_trace(const char *what) {
  * step: 2048 x 2048 is 4.2 M units, 2 chunks per thread at 16) makes fewer claims; large runs
  * keep CHUNKS_PER_THREAD, and 1-2 threads are unchanged. Issue 17's 16-core n = 1 products fit
  * a fixed ~26 us per product that the chunk claims could explain (bench/RESULTS.md, "CPU 4-bit
- * n = 1, third pass"). DRAMA_POOL_CLAIM_THREADS=N sets it (0: off, the old rule), for measuring. */
-#define CLAIM_THREADS 2
+ * n = 1, third pass"). Default 0 (off, the rule before): on the 16-core host the rule at 2 made
+ * the AVX2 16-thread products and the q4 decode step slower (RESULTS "sixth pass", call 5);
+ * DRAMA_POOL_CLAIM_THREADS=N turns it on, for measuring. */
+#define CLAIM_THREADS 0
 
 static int claim_threads(void) {
     static int v = -1;

@@ -127,9 +127,14 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     m->walk_calls = 0;
     const char *dn = getenv("DRAMA_CUDA_MOE_DOWN"); /* default lean (H200: 7.72 vs 8.30 ms a frame); decode: the old kernel */
     m->down_lean = !(dn && !strcmp(dn, "decode"));
-    /* 0: moe_route_kernel and moe_decode.cuh's kernels; 2: moe_persist2.cu's expert kernels (unmeasured) */
+    /* default 2: moe_persist2.cu's expert kernels (H200: 5.51 vs 5.84 ms a frame, the same bytes); 1:
+     * moe_persist.cuh's; 0: moe_route_kernel and moe_decode.cuh's kernels */
     const char *ps = getenv("DRAMA_CUDA_MOE_PERSIST");
-    m->persist = ps && !strcmp(ps, "0") ? 0 : ps && !strcmp(ps, "2") ? 2 : 1;
+    m->persist = ps && !strcmp(ps, "0") ? 0 : ps && !strcmp(ps, "1") ? 1 : 2;
+    /* DRAMA_CUDA_ROUTER_TC=1: a prefill's router on the tensor cores (opt-in: the scores then differ from
+     * the CPU's in the last bits, and one seeded golden run of 24 diverged on the H200) */
+    const char *rt = getenv("DRAMA_CUDA_ROUTER_TC");
+    m->router_tc = rt && !strcmp(rt, "1");
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -314,8 +319,8 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
         return dr_fail(err, DRAMA_EUNSUPPORTED, "dr_cuda_moe_run: %lld rows in one call", (long long)n);
     dr_cuda_job jobs[2] = {{m->router, x, n, w.scores, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL},
                            {m->sh_gate_proj, x, n, w.sg, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL}};
-    /* a prefill's router on the tensor cores: the matvec gives [256, H] x 30 rows too few blocks (127 us) */
-    const bool on_tc = tc && n >= DR_CUDA_GEMM_MIN_N && dr_cuda_gemm_ok(&jobs[0]) && dr_cuda_gemm_ok(&jobs[1]);
+    /* a prefill's router on the tensor cores (opt-in): the matvec gives [256, H] x 30 rows too few blocks (127 us) */
+    const bool on_tc = tc && m->router_tc && n >= DR_CUDA_GEMM_MIN_N && dr_cuda_gemm_ok(&jobs[0]) && dr_cuda_gemm_ok(&jobs[1]);
     drama_status s = on_tc ? dr_cuda_gemm_batch(c, jobs, 2, 0, err) : dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
     if (m->persist) /* the same values with fewer barriers (moe_persist.cuh) */

@@ -28,7 +28,8 @@ struct dr_cuda_moe {
     int defect;             /* the contract's planted decode defects (moe_decode.cuh), 0 in production */
     int down_lean;          /* 1 (default): the decode down kernel at <= 128 registers (moe_down_lean.cuh); 0: DRAMA_CUDA_MOE_DOWN=decode */
     int gu_fmt;             /* the routed experts' one gate (= up) format, -1: mixed (moe_persist.cuh and the staged grouped kernels need one) */
-    int persist;            /* 1 (default): moe_persist.cuh's routing and decode kernels; 0: DRAMA_CUDA_MOE_PERSIST=0; 2: moe_persist2.cu's expert kernels */
+    int persist;            /* 2 (default): moe_persist2.cu's expert kernels; 1: moe_persist.cuh's; 0: DRAMA_CUDA_MOE_PERSIST=0 */
+    int router_tc;          /* 1 (DRAMA_CUDA_ROUTER_TC=1): a prefill's router products on the tensor cores */
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
 };
 
