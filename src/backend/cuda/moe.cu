@@ -19,10 +19,16 @@
 
 #define GU_WARPS 4          /* outputs per gate/up block */
 #define ROUTE_THREADS 256
-#define MOE_MAX_TOPK 15     /* the down block has topk + 1 warps (512 threads: 128 registers each) */
 
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/moe_persist.cuh"
+
+/* moe_internal.h's run-time table agrees with the kernels' compile-time one */
+static_assert(moe_epc(MV_F32) == fmt_traits<MV_F32>::EPC && moe_epc(MV_F16) == fmt_traits<MV_F16>::EPC &&
+                  moe_epc(MV_BF16) == fmt_traits<MV_BF16>::EPC && moe_epc(MV_FP8_BLOCK) == fmt_traits<MV_FP8_BLOCK>::EPC &&
+                  moe_epc(MV_FP8_TENSOR) == fmt_traits<MV_FP8_TENSOR>::EPC && moe_epc(MV_NVFP4) == fmt_traits<MV_NVFP4>::EPC &&
+                  moe_epc(MV_AFF4) == fmt_traits<MV_AFF4>::EPC && moe_epc(MV_AFF8) == fmt_traits<MV_AFF8>::EPC,
+              "moe_epc and fmt_traits disagree");
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 

@@ -23,13 +23,6 @@
 #define DN_OUT 4    /* outputs per down block: warps 0..3 the routed ranks, 4..7 the shared expert */
 #define DN_G 8      /* routed ranks whose rows are in flight together */
 
-/* values per 16-byte chunk of a format, at run time */
-__device__ __forceinline__ int mv_epc(int fmt) {
-    int e = 0;
-    mv_fmt_switch(fmt, [&](auto F) { e = fmt_traits<decltype(F)::value>::EPC; });
-    return e;
-}
-
 /* warp_row_dot for a row of whole chunks (XT: x in the transposed layout) */
 template <int FMT, bool XT>
 __device__ __forceinline__ float warp_row_dot_full(const mv_job &W, int64_t row, const float *x, int lane) {
@@ -129,7 +122,7 @@ gate_up_decode_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *
     if (r >= width || lane != 0) return;
     int64_t at = r; /* XT: where the down kernel's chunk_dot reads element r of the row */
     if constexpr (XT) {
-        const int epc = mv_epc(ex->down.fmt), e = (int)(r % epc);
+        const int epc = moe_epc(ex->down.fmt), e = (int)(r % epc);
         const int64_t nchw = width / epc, ch = defect == 4 ? (r / epc + 1) % nchw : r / epc; /* planted: a chunk over */
         at = ((e >> 2) * nchw + ch) * 4 + (e & 3);
     }

@@ -40,21 +40,18 @@
 #define WK_DN_L 8   /* down: loads per lane per item (WK_DN_L / WK_DN_CPL rows, all their chunks) */
 /* WK_NP (pairs a tile, moe_prefill.cu): 2 keeps a gate/up tile's x in 128 registers */
 
-__host__ __device__ constexpr int wk_epc(int fmt) {
-    return fmt == MV_F32 ? 4 : (fmt == MV_F16 || fmt == MV_BF16) ? 8 : (fmt == MV_NVFP4 || fmt == MV_AFF4) ? 32 : 16;
-}
 /* down chunks per lane: K = 512 in one item for every format (4-bit formats: one chunk, up to 1024) */
 __host__ __device__ constexpr int wk_dn_cpl(int epc) { return epc >= 16 ? 1 : 16 / epc; }
 
 /* whether the walk kernels take a kind of weight of format fmt and width K */
 static bool wk_fits_gu(int fmt, int64_t K) {
-    const int epc = wk_epc(fmt);
+    const int epc = moe_epc(fmt);
     return fmt >= 0 && K > 0 && K % epc == 0 && K / epc <= 32 * (WK_GU_X / epc);
 }
 /* the walk's 32-bit item counters: tiles (<= n k + n) times output rows (or row groups) */
 static bool wk_items_fit(int64_t n, int k, int64_t rows) { return (n * (k + 1) + 1) * (rows + 1) < ((int64_t)1 << 31); }
 static bool wk_fits_dn(int fmt, int64_t K) {
-    const int epc = wk_epc(fmt);
+    const int epc = moe_epc(fmt);
     return fmt >= 0 && K > 0 && K % epc == 0 && K / epc <= 32 * wk_dn_cpl(epc);
 }
 

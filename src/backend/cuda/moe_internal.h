@@ -6,6 +6,12 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_ops.h"
 
+/* values per 16-byte chunk of a stored format (matvec_kernel.cuh's fmt_traits<F>::EPC, checked in
+ * moe.cu), host and device: the one table the MoE kernels' run-time format code uses */
+__host__ __device__ constexpr int moe_epc(int fmt) {
+    return fmt == MV_F32 ? 4 : (fmt == MV_F16 || fmt == MV_BF16) ? 8 : (fmt == MV_NVFP4 || fmt == MV_AFF4) ? 32 : 16;
+}
+
 struct moe_expert {
     mv_job gate, up, down;
     int64_t up_row0;        /* fused gate_up: the up rows start at I */
@@ -34,6 +40,35 @@ struct dr_cuda_moe {
 };
 
 enum { MOE_GROUP_WALK = 0, MOE_GROUP_OLD = 1, MOE_GROUP_STAGED = 2 };
+
+#define MOE_MAX_TOPK 15 /* dr_cuda_moe_create refuses more (moe.cu's down block has topk + 1 warps) */
+
+/* a block's gate/up views of one row: q < k rank q (gate data NULL: no expert), q = k the shared expert */
+struct mp_gu_views {
+    mv_job g[MOE_MAX_TOPK + 1], u[MOE_MAX_TOPK + 1];
+    int64_t u0[MOE_MAX_TOPK + 1], nch[MOE_MAX_TOPK + 1];
+    int dfmt[MOE_MAX_TOPK + 1]; /* the down format of the rank (where act's XT layout comes from) */
+};
+
+/* rank q's gate/up views of row i into V (q = k: the shared expert; a pruned rank's gate data NULL),
+ * x at xq (the staged x or the row itself); one thread per rank, before a barrier */
+__device__ __forceinline__ void mp_gu_view_fill(mp_gu_views &V, int q, int64_t i, int k, const int32_t *slots,
+                                                const moe_expert *experts, const moe_expert &shared, const float *xq) {
+    mv_job G, U;
+    int64_t u0;
+    int df;
+    if (q < k) {
+        const int s = slots[i * k + q];
+        const moe_expert &e = experts[s >= 0 ? s : 0];
+        G = e.gate, U = e.up, u0 = e.up_row0, df = e.down.fmt;
+        if (s < 0) G.data = NULL;
+    } else {
+        G = shared.gate, U = shared.up, u0 = shared.up_row0, df = shared.down.fmt;
+    }
+    G.x = U.x = xq;
+    V.g[q] = G, V.u[q] = U, V.u0[q] = u0, V.dfmt[q] = df;
+    V.nch[q] = G.cols / moe_epc(G.fmt);
+}
 
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
  * and, for the grouped path, ydn [n (k+1)][H] | used [n_kept + 2] | ustart [n_kept] | ucount

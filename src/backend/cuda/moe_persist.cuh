@@ -48,11 +48,6 @@ __device__ __forceinline__ int64_t mp_xt_at(int64_t i, int epc, int64_t nch) {
 /* ---- gate / up / SwiGLU ---- */
 
 /* the block's views: q < k rank q of row i (gate data NULL: no expert), q = k the shared expert */
-struct mp_gu_views {
-    mv_job g[MOE_MAX_TOPK + 1], u[MOE_MAX_TOPK + 1];
-    int64_t u0[MOE_MAX_TOPK + 1], nch[MOE_MAX_TOPK + 1];
-    int dfmt[MOE_MAX_TOPK + 1]; /* the down format of the rank (where act's XT layout comes from) */
-};
 
 __device__ __forceinline__ void mp_gu_item(int64_t t, int k, int64_t I, int64_t NR, int &q, int64_t &r) {
     if (t < NR) q = (int)(t / I), r = t - (int64_t)q * I;
@@ -107,23 +102,8 @@ gate_up_persist_kernel(int64_t n, int k, int gu_fmt, const int32_t *slots, const
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
     const float *xr = x + i * H;
-    if (threadIdx.x <= k) { /* the views, once per block (the old kernel read one per block of 8 outputs) */
-        const int q = threadIdx.x;
-        mv_job G, U;
-        int64_t u0;
-        int df;
-        if (q < k) {
-            const int s = slots[i * k + q];
-            const moe_expert &e = experts[s >= 0 ? s : 0];
-            G = e.gate, U = e.up, u0 = e.up_row0, df = e.down.fmt;
-            if (s < 0) G.data = NULL;
-        } else {
-            G = shared.gate, U = shared.up, u0 = shared.up_row0, df = shared.down.fmt;
-        }
-        G.x = U.x = XT ? xs + (q < k ? 0 : xs_off) : xr;
-        V.g[q] = G, V.u[q] = U, V.u0[q] = u0, V.dfmt[q] = df;
-        V.nch[q] = G.cols / mv_epc(G.fmt);
-    }
+    if (threadIdx.x <= k) /* the views, once per block (the old kernel read one per block of 8 outputs) */
+        mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr);
     __syncthreads();
     const int64_t NR = (int64_t)k * I, N = NR + Is, stride = (int64_t)gridDim.x * MP_WARPS;
     int64_t t = (int64_t)blockIdx.x * MP_WARPS + warp, b0 = 0, r = 0;
@@ -134,7 +114,7 @@ gate_up_persist_kernel(int64_t n, int k, int gu_fmt, const int32_t *slots, const
         mp_gu_load(V, q, r, 0, lane, ga, ua); /* in flight during the staging */
     }
     if constexpr (XT) { /* matvec_kernel.cuh's transposed layout, per format chunk */
-        const int er = mv_epc(gu_fmt), es = mv_epc(shared.gate.fmt);
+        const int er = moe_epc(gu_fmt), es = moe_epc(shared.gate.fmt);
         const int64_t nr = H / er, ns = H / es;
         for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
             const float v = xr[j];
@@ -167,7 +147,7 @@ gate_up_persist_kernel(int64_t n, int k, int gu_fmt, const int32_t *slots, const
                 const int64_t width = q < k ? I : Is, jy = q < k ? i * k + q : n * k + i;
                 int64_t at = r; /* XT: where the down kernel's chunk_dot reads element r of the row */
                 if constexpr (XT) {
-                    const int epc = mv_epc(V.dfmt[q]), e = (int)(r % epc);
+                    const int epc = moe_epc(V.dfmt[q]), e = (int)(r % epc);
                     at = ((e >> 2) * (width / epc) + r / epc) * 4 + (e & 3);
                 }
                 act[jy * W + at] = fmul(dsilu(ag[0]), au[0]); /* dr_op_swiglu */
@@ -238,7 +218,7 @@ moe_down_persist_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, 
         V.j[q] = J;
     }
     const float gate = dsigmoid(sg[i]);
-    const int64_t nchr = I / mv_epc(routed_fmt), nchs = shared.down.cols / mv_epc(shared.down.fmt);
+    const int64_t nchr = I / moe_epc(routed_fmt), nchs = shared.down.cols / moe_epc(shared.down.fmt);
     const int pr = (int)((nchr + 31) / 32), nbr = (k + MP_G - 1) / MP_G * pr;
     const int nb_all = nbr + (int)(((nchs + 31) / 32 + MP_G - 1) / MP_G);
     __syncthreads();

@@ -38,18 +38,7 @@
 #define P2_MINB 2      /* blocks of P2_WARPS warps an SM the launch bounds ask for (<= 128 registers; 3 spilled 640-950 bytes) */
 #define P2_U 2         /* gate/up: chunks per lane of each of the item's two rows per batch */
 #define P2_G 4         /* down: loads per lane per batch (routed ranks at one chunk step, or shared chunk steps) */
-#define P2_MAX_TOPK 15 /* = moe.cu's MOE_MAX_TOPK (dr_cuda_moe_create refuses more) */
 #define P2_SMEM_MAX (40 * 1024) /* moe_persist.cuh's MP_SMEM_MAX: the staged x within 48 KiB */
-
-/* values per 16-byte chunk of a format (moe_decode.cuh's mv_epc, host and device) */
-__host__ __device__ __forceinline__ int p2_epc(int fmt) {
-    switch (fmt) {
-    case MV_F32: return 4;
-    case MV_F16: case MV_BF16: return 8;
-    case MV_FP8_BLOCK: case MV_FP8_TENSOR: case MV_AFF8: return 16;
-    default: return 32; /* MV_NVFP4, MV_AFF4 */
-    }
-}
 
 /* the per-row part of decode()'s scale index, once per row: FP8 block (row / block_rows) *
  * scale_cols, affine row * scale_cols (rows < 2^31: 32-bit division), else 0 */
@@ -150,13 +139,6 @@ __device__ __forceinline__ void p2_fma2(const float *x, int x_vec, int64_t ch, i
 
 /* ---- gate / up / SwiGLU ---- */
 
-/* the block's views: q < k rank q of row i (gate data NULL: no expert), q = k the shared expert */
-struct p2_gu_views {
-    mv_job g[P2_MAX_TOPK + 1], u[P2_MAX_TOPK + 1];
-    int64_t u0[P2_MAX_TOPK + 1], nch[P2_MAX_TOPK + 1];
-    int dfmt[P2_MAX_TOPK + 1]; /* the down format of the rank (where act's XT layout comes from) */
-};
-
 /* item t: t < Is the shared expert's output t (q = k), else rank (t - Is) / I, output (t - Is) % I */
 __device__ __forceinline__ void p2_gu_item(int t, int k, int I, int Is, int &q, int &r) {
     if (t < Is) q = k, r = t;
@@ -208,7 +190,7 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
                   int64_t W, int64_t H, const float *x, float *act, int64_t xs_off, int defect) {
     pdl_trigger();
     extern __shared__ float4 gx4[];
-    __shared__ p2_gu_views V;
+    __shared__ mp_gu_views V;
     float *xs = reinterpret_cast<float *>(gx4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
@@ -217,30 +199,15 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
     int t = (int)blockIdx.x * P2_WARPS + warp, q = k, r = 0;
     int64_t b0 = 0;
     uint4 ga[P2_U], ua[P2_U], gb[P2_U], ub[P2_U];
-    const int64_t nchs = shared.gate.cols / p2_epc(shared.gate.fmt);
+    const int64_t nchs = shared.gate.cols / moe_epc(shared.gate.fmt);
     if (t < Is) { /* the shared expert's first batch: constants, in flight across the wait */
         r = t;
         p2_gu_load(shared.gate.data + r * shared.gate.pitch, shared.up.data + (shared.up_row0 + r) * shared.up.pitch,
                    nchs, 0, lane, ga, ua);
     }
     pdl_wait(); /* everything below may read what the previous kernel wrote */
-    if (threadIdx.x <= k) { /* the views, once per block */
-        const int qq = threadIdx.x;
-        mv_job G, U;
-        int64_t u0;
-        int df;
-        if (qq < k) {
-            const int s = slots[i * k + qq];
-            const moe_expert &e = experts[s >= 0 ? s : 0];
-            G = e.gate, U = e.up, u0 = e.up_row0, df = e.down.fmt;
-            if (s < 0) G.data = NULL;
-        } else {
-            G = shared.gate, U = shared.up, u0 = shared.up_row0, df = shared.down.fmt;
-        }
-        G.x = U.x = XT ? xs + (qq < k ? 0 : xs_off) : xr;
-        V.g[qq] = G, V.u[qq] = U, V.u0[qq] = u0, V.dfmt[qq] = df;
-        V.nch[qq] = G.cols / p2_epc(G.fmt);
-    }
+    if (threadIdx.x <= k) /* the views, once per block */
+        mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr);
     __syncthreads();
     if (t >= Is && t < N) { /* a routed first item: its view is known now */
         p2_gu_item(t, k, I, Is, q, r);
@@ -250,7 +217,7 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
     }
     if constexpr (XT) { /* matvec_kernel.cuh's transposed layout, per format chunk */
         constexpr int er = fmt_traits<GF>::EPC;
-        const int es = p2_epc(shared.gate.fmt);
+        const int es = moe_epc(shared.gate.fmt);
         const int64_t nr = H / er, ns = H / es;
         for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
             const float v = xr[j];
@@ -299,7 +266,7 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
                 const int64_t width = q < k ? I : Is, jy = q < k ? i * k + q : n * k + i;
                 int64_t at = r; /* XT: where the down kernel's chunk_dot reads element r of the row */
                 if constexpr (XT) {
-                    const int epc = p2_epc(V.dfmt[q]), e = r % epc;
+                    const int epc = moe_epc(V.dfmt[q]), e = r % epc;
                     at = ((e >> 2) * (width / epc) + r / epc) * 4 + (e & 3);
                 }
                 act[jy * W + at] = fmul(dsilu(ag), au); /* dr_op_swiglu */
@@ -317,8 +284,8 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
 
 /* q < k rank q's down weight with its SwiGLU row as x (data NULL: no expert), q = k the shared expert's */
 struct p2_dn_views {
-    mv_job j[P2_MAX_TOPK + 1];
-    float w[P2_MAX_TOPK];
+    mv_job j[MOE_MAX_TOPK + 1];
+    float w[MOE_MAX_TOPK];
 };
 
 /* batch b of output h: b < nbs the shared row's chunk steps b P2_G + 0 .. P2_G - 1 (from S, the
@@ -356,7 +323,7 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
     __shared__ p2_dn_views V;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
-    const int64_t nchr = I / EPC, nchs = shared.down.cols / p2_epc(shared.down.fmt);
+    const int64_t nchr = I / EPC, nchs = shared.down.cols / moe_epc(shared.down.fmt);
     const int pr = (int)((nchr + 31) / 32), nbs = (int)(((nchs + 31) / 32 + P2_G - 1) / P2_G);
     const int nb_all = nbs + (k + P2_G - 1) / P2_G * pr;
     const int64_t stride = (int64_t)gridDim.x * P2_WARPS;
@@ -506,9 +473,9 @@ cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
                                 float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms) {
-    if (k > P2_MAX_TOPK || k * I + Is >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
+    if (k > MOE_MAX_TOPK || k * I + Is >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
     const int64_t one = xt_floats<32>(H);
-    const int64_t xs_off = p2_epc(gu_fmt) == p2_epc(shared.gate.fmt) ? 0 : one;
+    const int64_t xs_off = moe_epc(gu_fmt) == moe_epc(shared.gate.fmt) ? 0 : one;
     const size_t smem = (size_t)(xs_off ? 2 : 1) * (size_t)one * sizeof(float);
     const bool XT = xt && smem <= P2_SMEM_MAX;
     cudaError_t e = p2_fmt_host(gu_fmt, [&](auto F) {
