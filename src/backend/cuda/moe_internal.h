@@ -70,6 +70,31 @@ __device__ __forceinline__ void mp_gu_view_fill(mp_gu_views &V, int q, int64_t i
     V.nch[q] = G.cols / moe_epc(G.fmt);
 }
 
+/* a block's down views of one row: q < k rank q's down weight with its SwiGLU row as x (data NULL: no
+ * expert) and routing weight, q = k the shared expert's */
+struct mp_dn_views {
+    mv_job j[MOE_MAX_TOPK + 1];
+    float w[MOE_MAX_TOPK];
+};
+
+/* rank q's down view of row i into V (defect 2, the contract's: the next rank's routing weight) */
+__device__ __forceinline__ void mp_dn_view_fill(mp_dn_views &V, int q, int64_t n, int64_t i, int k, const int32_t *slots,
+                                                const float *wsel, const moe_expert *experts, const moe_expert &shared,
+                                                const float *act, int64_t W, int defect) {
+    mv_job J;
+    if (q < k) {
+        const int s = slots[i * k + q];
+        J = experts[s >= 0 ? s : 0].down;
+        if (s < 0) J.data = NULL;
+        J.x = act + (i * k + q) * W;
+        V.w[q] = wsel[i * k + (defect == 2 ? (q + 1) % k : q)]; /* planted: the next rank's routing weight */
+    } else {
+        J = shared.down;
+        J.x = act + (n * k + i) * W;
+    }
+    V.j[q] = J;
+}
+
 /* workspace: scores [n][E] | sg [n] | ids [n][k] | slots [n][k] | wsel [n][k] | act [n (k+1)][W]
  * and, for the grouped path, ydn [n (k+1)][H] | used [n_kept + 2] | ustart [n_kept] | ucount
  * [n_kept] | pairs [n k] | vt [3 n k] (the walk kernels' tiles; moe_prefill.cu) */

@@ -164,11 +164,6 @@ gate_up_persist_kernel(int64_t n, int k, int gu_fmt, const int32_t *slots, const
 
 /* the block's views: q < k rank q's down weight with its SwiGLU row as x (data NULL: no expert),
  * q = k the shared expert's; w[q] rank q's routing weight */
-struct mp_dn_views {
-    mv_job j[MOE_MAX_TOPK + 1];
-    float w[MOE_MAX_TOPK];
-};
-
 /* batch b of output h: b < nbr routed ranks g0 .. g0 + MP_G - 1 (g0 = b / pr * MP_G) at chunk step b % pr,
  * else shared chunk steps (b - nbr) MP_G + 0 .. MP_G - 1 */
 __device__ __forceinline__ void mp_dn_load(const mp_dn_views &V, int k, int64_t h, int b, int nbr, int pr,
@@ -202,21 +197,7 @@ moe_down_persist_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, 
     __shared__ mp_dn_views V;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
-    if (threadIdx.x <= k) {
-        const int q = threadIdx.x;
-        mv_job J;
-        if (q < k) {
-            const int s = slots[i * k + q];
-            J = experts[s >= 0 ? s : 0].down;
-            if (s < 0) J.data = NULL;
-            J.x = act + (i * k + q) * W;
-            V.w[q] = wsel[i * k + (defect == 2 ? (q + 1) % k : q)]; /* planted: the next rank's routing weight */
-        } else {
-            J = shared.down;
-            J.x = act + (n * k + i) * W;
-        }
-        V.j[q] = J;
-    }
+    if (threadIdx.x <= k) mp_dn_view_fill(V, threadIdx.x, n, i, k, slots, wsel, experts, shared, act, W, defect);
     const float gate = dsigmoid(sg[i]);
     const int64_t nchr = I / moe_epc(routed_fmt), nchs = shared.down.cols / moe_epc(shared.down.fmt);
     const int pr = (int)((nchr + 31) / 32), nbr = (k + MP_G - 1) / MP_G * pr;

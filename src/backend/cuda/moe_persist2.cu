@@ -282,16 +282,10 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
 
 /* ---- down + combine ---- */
 
-/* q < k rank q's down weight with its SwiGLU row as x (data NULL: no expert), q = k the shared expert's */
-struct p2_dn_views {
-    mv_job j[MOE_MAX_TOPK + 1];
-    float w[MOE_MAX_TOPK];
-};
-
 /* batch b of output h: b < nbs the shared row's chunk steps b P2_G + 0 .. P2_G - 1 (from S, the
  * kernel parameter: no view needed), else routed ranks g0 .. g0 + P2_G - 1 (g0 = (b - nbs) / pr
  * P2_G) at chunk step (b - nbs) % pr */
-__device__ __forceinline__ void p2_dn_load(const p2_dn_views &V, const mv_job &S, int k, int64_t h, int b, int nbs,
+__device__ __forceinline__ void p2_dn_load(const mp_dn_views &V, const mv_job &S, int k, int64_t h, int b, int nbs,
                                            int pr, int64_t nchr, int64_t nchs, int lane, uint4 (&v)[P2_G]) {
     if (b < nbs) {
         const uint8_t *ws = S.data + h * S.pitch;
@@ -320,7 +314,7 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
                    float *out, int add, int defect) {
     constexpr int EPC = fmt_traits<DF>::EPC;
     pdl_trigger();
-    __shared__ p2_dn_views V;
+    __shared__ mp_dn_views V;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
     const int64_t nchr = I / EPC, nchs = shared.down.cols / moe_epc(shared.down.fmt);
@@ -332,21 +326,7 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
     uint4 va[P2_G], vb[P2_G];
     if (h < H && nbs > 0) p2_dn_load(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va); /* constants: before the wait */
     pdl_wait(); /* everything below may read what the previous kernel wrote */
-    if (threadIdx.x <= k) {
-        const int q = threadIdx.x;
-        mv_job J;
-        if (q < k) {
-            const int s = slots[i * k + q];
-            J = experts[s >= 0 ? s : 0].down;
-            if (s < 0) J.data = NULL;
-            J.x = act + (i * k + q) * W;
-            V.w[q] = wsel[i * k + (defect == 2 ? (q + 1) % k : q)]; /* planted: the next rank's routing weight */
-        } else {
-            J = shared.down;
-            J.x = act + (n * k + i) * W;
-        }
-        V.j[q] = J;
-    }
+    if (threadIdx.x <= k) mp_dn_view_fill(V, threadIdx.x, n, i, k, slots, wsel, experts, shared, act, W, defect);
     const float gate = dsigmoid(sg[i]);
     __syncthreads();
     if (h < H && nbs == 0) p2_dn_load(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va);
