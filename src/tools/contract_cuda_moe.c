@@ -241,6 +241,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm && k->control == CT_CUDA_MOE_STALE_ROW) dr_cuda_moe_plant_defect(dm, 6);
     if (dm && k->control == CT_CUDA_MOE_P2_NEXT_ROW) dr_cuda_moe_plant_defect(dm, 7);
     if (dm && k->control == CT_CUDA_MOE_P2_STALE_SHARED) dr_cuda_moe_plant_defect(dm, 8);
+    if (dm && k->control == CT_CUDA_MOE_P2_STAGE_NEXT) dr_cuda_moe_plant_defect(dm, 9);
+    if (dm && k->control == CT_CUDA_MOE_P2_SCALE_ROW) dr_cuda_moe_plant_defect(dm, 10);
+    if (dm) dr_cuda_moe_set_down_stage(dm, !(lean & 8)); /* lean & 8: the second persistent down kernel reads act from L2 */
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -405,6 +408,10 @@ static void persist_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int p
     /* H = 2048 (the model's): several batches a gate/up row (FP8: 2, the BF16 shared expert: 4), 2048 outputs */
     moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 1 | p2, 1, HMAX, 0);
     moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 3 | p2, 2, HMAX, 0);
+    if (p2) { /* moe_persist2.cu's down kernel with act read from L2 (DRAMA_CUDA_MOE_DOWN_STAGE=0), as above */
+        moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 9 | p2, 1, HMAX, 0);
+        moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 11 | p2, 1, H0, 0);
+    }
     cu_close(&t);
 }
 
@@ -470,6 +477,8 @@ int ct_cuda_moe_persist2_controls(ct_kernel *out, int max) {
         {1, CT_CUDA_MOE_P2_NEXT_ROW, "device: second persistent gate/up walk loads a routed next item's rows at the next output's row"},
         {4, CT_CUDA_MOE_P2_STALE_SHARED, "device: second persistent down walk loads the next output's shared-expert row at the current output's"},
         {6, CT_CUDA_MOE_WSEL_NEXT, "device: second persistent down kernel weights a rank with the next rank's weight"},
+        {2, CT_CUDA_MOE_P2_STAGE_NEXT, "device: second persistent down kernel dots rank q with the next rank's staged SwiGLU row"},
+        {6, CT_CUDA_MOE_P2_SCALE_ROW, "device: second persistent down kernel's prefetched FP8 block scales taken from the next row block"},
     };
     int n = 0;
     make_persist2_names();

@@ -97,6 +97,8 @@ void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
  * item's rows at the next output's row, 8 the next down output's shared-expert row at the current
  * output's (both inside the walk), 2 as before. */
 void dr_cuda_moe_set_persist(struct dr_cuda_moe *m, int on, int max_blocks);
+/* moe_persist2.cu's down kernel: a row's act rows staged in shared memory (1, the default) or read from L2 (0) */
+void dr_cuda_moe_set_down_stage(struct dr_cuda_moe *m, int on);
 
 #ifdef __cplusplus
 }

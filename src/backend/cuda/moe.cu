@@ -141,6 +141,9 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
      * the CPU's in the last bits, and one seeded golden run of 24 diverged on the H200) */
     const char *rt = getenv("DRAMA_CUDA_ROUTER_TC");
     m->router_tc = rt && !strcmp(rt, "1");
+    /* default 1: moe_persist2.cu's down kernel stages a row's act rows in shared memory; 0: reads them from L2 */
+    const char *ds = getenv("DRAMA_CUDA_MOE_DOWN_STAGE");
+    m->down_stage = !(ds && !strcmp(ds, "0"));
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -342,7 +345,7 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
         m->persist == 2 && m->gu_fmt >= 0)
         return dr_cuda_check(moe_persist2_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
                                                  m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
-                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms()),
+                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms(), m->down_stage),
                              "MoE persistent expert launches (2)", err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
         m->persist && m->gu_fmt >= 0)
@@ -383,6 +386,10 @@ extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
 
 extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
     if (m) m->down_lean = lean != 0;
+}
+
+extern "C" void dr_cuda_moe_set_down_stage(dr_cuda_moe *m, int on) {
+    if (m) m->down_stage = on != 0;
 }
 
 extern "C" void dr_cuda_moe_set_persist(dr_cuda_moe *m, int on, int max_blocks) {

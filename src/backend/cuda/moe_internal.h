@@ -37,6 +37,7 @@ struct dr_cuda_moe {
     int persist;            /* 2 (default): moe_persist2.cu's expert kernels; 1: moe_persist.cuh's; 0: DRAMA_CUDA_MOE_PERSIST=0 */
     int router_tc;          /* 1 (DRAMA_CUDA_ROUTER_TC=1): a prefill's router products on the tensor cores */
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
+    int down_stage;         /* 1 (default): the second persistent down kernel stages a row's act in shared memory; 0: DRAMA_CUDA_MOE_DOWN_STAGE=0 */
 };
 
 enum { MOE_GROUP_WALK = 0, MOE_GROUP_OLD = 1, MOE_GROUP_STAGED = 2 };
@@ -120,6 +121,7 @@ drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, co
 cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, const int32_t *slots,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
-                                float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms);
+                                float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
+                                int stage);
 
 #endif

@@ -26,10 +26,14 @@
  * xor tree, SwiGLU, act layout, rank-ordered combine, shared expert, gate and residual add; only the
  * order of independent items (outputs) and of independent accumulators (o for the ranks, as for the
  * shared row) changed.
+ * Scales and act (issue 13, 2026-12-04): the routed chunks' FP8 block scales are loaded with their
+ * weights (a batch ahead), not at dot time, and the down kernel stages the row's k + 1 act rows in
+ * shared memory once (DRAMA_CUDA_MOE_DOWN_STAGE=0: read from L2 as before); the same values, so the same bits.
  * `defect` (the contract's planted controls, 0 in production): 2 the next rank's routing weight (as
  * moe_persist.cuh); 7: inside the gate/up walk, a routed next item's rows are loaded at the next
  * output's row; 8: inside the down walk, the next output's shared-expert batches are loaded at the
- * current output's row (a stale row). */
+ * current output's row (a stale row); 9: the staged act row of rank q is rank q + 1's; 10: the down
+ * kernel's prefetched FP8 block scales come from the row block after the output's. */
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
 #include "backend/cuda/moe_internal.h"
@@ -52,15 +56,28 @@ __device__ __forceinline__ int64_t p2_sbase(const mv_job &J, int64_t row) {
  * element (block ch * 16 / block_cols % scale_cols of row block sb; group ch * EPC / group), each
  * index in 32 bits, so the same w bit for bit. A chunk of a FP8 block row whose block_cols is not a
  * multiple of 16 takes decode() itself (the boundary inside the chunk). */
+/* The FP8 block scale of chunk ch of a row with scale base sb (decode()'s one-block branch, block_cols
+ * a multiple of 16), else 0: loaded with the chunk's weights, so its round trip is not a second one
+ * after them at dot time */
+template <int FMT>
+__device__ __forceinline__ float p2_scale(const mv_job &J, int64_t sb, int64_t ch) {
+    if constexpr (FMT == MV_FP8_BLOCK) {
+        if (J.block_cols % 16 == 0) {
+            const unsigned blk0 = (unsigned)(ch * 16) / (unsigned)J.block_cols;
+            return load_scale(J.scales, J.scale_dt, sb + (int64_t)(blk0 % (unsigned)J.scale_cols));
+        }
+    }
+    return 0.0f;
+}
+
+/* s: p2_scale<FMT>(J, sb, ch), loaded by the caller (used by the FP8 block branch only) */
 template <int FMT>
 __device__ __forceinline__ void p2_decode(const mv_job &J, int64_t row, int64_t sb, int64_t ch, uint4 v,
-                                          float (&w)[fmt_traits<FMT>::EPC]) {
+                                          float (&w)[fmt_traits<FMT>::EPC], float s) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
     if constexpr (FMT == MV_FP8_BLOCK) {
         if (J.block_cols % 16 == 0) { /* decode()'s one-block branch: (blk0 + 1) block_cols >= c0 + 16 */
             const unsigned u[4] = {v.x, v.y, v.z, v.w};
-            const unsigned blk0 = (unsigned)(ch * 16) / (unsigned)J.block_cols;
-            const float s = load_scale(J.scales, J.scale_dt, sb + (int64_t)(blk0 % (unsigned)J.scale_cols));
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 float2 a = e4m3x2((unsigned short)(u[k] & 0xFFFFu)), b = e4m3x2((unsigned short)(u[k] >> 16));
@@ -155,26 +172,40 @@ __device__ __forceinline__ void p2_gu_load(const uint8_t *wg, const uint8_t *wu,
     }
 }
 
-/* one batch of an item: FMT its format, G / U its views (x set), rows rg / ru, scale bases sg / su */
-template <int FMT, bool XT>
+/* the FP8 block scales of that batch's chunks (p2_scale), issued with its weights */
+template <int FMT>
+__device__ __forceinline__ void p2_gu_scales(const mv_job &G, const mv_job &U, int64_t sg, int64_t su, int64_t nch,
+                                             int64_t b0, int lane, float (&cg)[P2_U], float (&cu)[P2_U]) {
+#pragma unroll
+    for (int u = 0; u < P2_U; u++) {
+        const int64_t ch = b0 + lane + 32 * u;
+        if (ch < nch) cg[u] = p2_scale<FMT>(G, sg, ch), cu[u] = p2_scale<FMT>(U, su, ch);
+    }
+}
+
+/* one batch of an item: FMT its format, G / U its views (x set), rows rg / ru, scale bases sg / su;
+ * PRE: the chunks' scales cg / cu came with the weights (p2_gu_scales), else they are loaded here */
+template <int FMT, bool XT, bool PRE>
 __device__ __forceinline__ void p2_gu_dot(const mv_job &G, const mv_job &U, int64_t rg, int64_t ru, int64_t sg,
                                           int64_t su, int64_t nch, int64_t b0, int lane, const uint4 (&vg)[P2_U],
-                                          const uint4 (&vu)[P2_U], float &ag, float &au) {
+                                          const uint4 (&vu)[P2_U], const float (&cg)[P2_U], const float (&cu)[P2_U],
+                                          float &ag, float &au) {
     constexpr int EPC = fmt_traits<FMT>::EPC;
 #pragma unroll
     for (int u = 0; u < P2_U; u++) {
         const int64_t ch = b0 + lane + 32 * u;
         if (ch < nch) {
+            const float sgu = PRE ? cg[u] : p2_scale<FMT>(G, sg, ch), suu = PRE ? cu[u] : p2_scale<FMT>(U, su, ch);
             if constexpr (EPC <= 16) { /* both rows' weights live: one x read for two chains */
                 float wg[EPC], wu[EPC];
-                p2_decode<FMT>(G, rg, sg, ch, vg[u], wg);
-                p2_decode<FMT>(U, ru, su, ch, vu[u], wu);
+                p2_decode<FMT>(G, rg, sg, ch, vg[u], wg, sgu);
+                p2_decode<FMT>(U, ru, su, ch, vu[u], wu, suu);
                 p2_fma2<FMT, XT, XT>(G.x, G.x_vec, ch, nch, wg, wu, ag, au);
             } else { /* 32 values a chunk: one row at a time (64 live weights spilled), x read twice */
                 float w[EPC];
-                p2_decode<FMT>(G, rg, sg, ch, vg[u], w);
+                p2_decode<FMT>(G, rg, sg, ch, vg[u], w, sgu);
                 p2_fma<FMT, XT, XT>(G.x, G.x_vec, ch, nch, w, ag);
-                p2_decode<FMT>(U, ru, su, ch, vu[u], w);
+                p2_decode<FMT>(U, ru, su, ch, vu[u], w, suu);
                 p2_fma<FMT, XT, XT>(U.x, U.x_vec, ch, nch, w, au);
             }
         }
@@ -199,6 +230,8 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
     int t = (int)blockIdx.x * P2_WARPS + warp, q = k, r = 0;
     int64_t b0 = 0;
     uint4 ga[P2_U], ua[P2_U], gb[P2_U], ub[P2_U];
+    float csa[P2_U] = {}, cua[P2_U] = {}, csb[P2_U] = {}, cub[P2_U] = {}; /* routed items' FP8 block scales */
+    int64_t sgb = 0, sub = 0; /* the current item's scale bases (p2_sbase) */
     const int64_t nchs = shared.gate.cols / moe_epc(shared.gate.fmt);
     if (t < Is) { /* the shared expert's first batch: constants, in flight across the wait */
         r = t;
@@ -209,11 +242,11 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
     if (threadIdx.x <= k) /* the views, once per block */
         mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr);
     __syncthreads();
-    if (t >= Is && t < N) { /* a routed first item: its view is known now */
-        p2_gu_item(t, k, I, Is, q, r);
-        if (V.g[q].data)
-            p2_gu_load(V.g[q].data + r * V.g[q].pitch, V.u[q].data + (V.u0[q] + r) * V.u[q].pitch, V.nch[q], 0, lane,
-                       ga, ua);
+    if (t < N) p2_gu_item(t, k, I, Is, q, r), sgb = p2_sbase(V.g[q], r), sub = p2_sbase(V.u[q], V.u0[q] + r);
+    if (t >= Is && t < N && V.g[q].data) { /* a routed first item: its view is known now */
+        p2_gu_load(V.g[q].data + r * V.g[q].pitch, V.u[q].data + (V.u0[q] + r) * V.u[q].pitch, V.nch[q], 0, lane, ga,
+                   ua);
+        p2_gu_scales<GF>(V.g[q], V.u[q], sgb, sub, V.nch[q], 0, lane, csa, cua);
     }
     if constexpr (XT) { /* matvec_kernel.cuh's transposed layout, per format chunk */
         constexpr int er = fmt_traits<GF>::EPC;
@@ -231,28 +264,28 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
         __syncthreads();
     }
     float ag = 0.0f, au = 0.0f;
-    int64_t sgb = 0, sub = 0; /* the current item's scale bases (p2_sbase) */
-    if (t < N) sgb = p2_sbase(V.g[q], r), sub = p2_sbase(V.u[q], V.u0[q] + r);
     while (t < N) {
         int t2 = t, r2 = r, q2 = q;
-        int64_t nb = b0 + 32 * P2_U;
+        int64_t nb = b0 + 32 * P2_U, sgb2 = sgb, sub2 = sub;
         if (nb >= V.nch[q]) { /* this item's last batch: the next item's first one */
             t2 = t + stride, nb = 0;
-            if (t2 < N) p2_gu_item(t2, k, I, Is, q2, r2);
+            if (t2 < N) p2_gu_item(t2, k, I, Is, q2, r2), sgb2 = p2_sbase(V.g[q2], r2), sub2 = p2_sbase(V.u[q2], V.u0[q2] + r2);
         }
         if (t2 < N && V.g[q2].data) {
             const int rl = defect == 7 && q2 < k && t2 != t ? (r2 + 1) % I : r2; /* planted: the next output's rows */
             p2_gu_load(V.g[q2].data + rl * V.g[q2].pitch, V.u[q2].data + (V.u0[q2] + rl) * V.u[q2].pitch, V.nch[q2],
                        nb, lane, gb, ub);
+            if (q2 < k) p2_gu_scales<GF>(V.g[q2], V.u[q2], sgb2, sub2, V.nch[q2], nb, lane, csb, cub);
         }
         const bool live = V.g[q].data != NULL;
         if (live) {
             const int64_t ru = V.u0[q] + r;
             if (q < k) {
-                p2_gu_dot<GF, XT>(V.g[q], V.u[q], r, ru, sgb, sub, V.nch[q], b0, lane, ga, ua, ag, au);
+                p2_gu_dot<GF, XT, true>(V.g[q], V.u[q], r, ru, sgb, sub, V.nch[q], b0, lane, ga, ua, csa, cua, ag, au);
             } else {
                 mv_fmt_switch(V.g[k].fmt, [&](auto F) {
-                    p2_gu_dot<decltype(F)::value, XT>(V.g[k], V.u[k], r, ru, sgb, sub, V.nch[k], b0, lane, ga, ua, ag, au);
+                    p2_gu_dot<decltype(F)::value, XT, false>(V.g[k], V.u[k], r, ru, sgb, sub, V.nch[k], b0, lane, ga, ua,
+                                                             csa, cua, ag, au);
                 });
             }
         }
@@ -272,11 +305,10 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
                 act[jy * W + at] = fmul(dsilu(ag), au); /* dr_op_swiglu */
             }
             ag = au = 0.0f;
-            if (t2 < N) sgb = p2_sbase(V.g[q2], r2), sub = p2_sbase(V.u[q2], V.u0[q2] + r2);
         }
 #pragma unroll
-        for (int u = 0; u < P2_U; u++) ga[u] = gb[u], ua[u] = ub[u];
-        t = t2, b0 = nb, q = q2, r = r2;
+        for (int u = 0; u < P2_U; u++) ga[u] = gb[u], ua[u] = ub[u], csa[u] = csb[u], cua[u] = cub[u];
+        t = t2, b0 = nb, q = q2, r = r2, sgb = sgb2, sub = sub2;
     }
 }
 
@@ -284,9 +316,11 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
 
 /* batch b of output h: b < nbs the shared row's chunk steps b P2_G + 0 .. P2_G - 1 (from S, the
  * kernel parameter: no view needed), else routed ranks g0 .. g0 + P2_G - 1 (g0 = (b - nbs) / pr
- * P2_G) at chunk step (b - nbs) % pr */
+ * P2_G) at chunk step (b - nbs) % pr, with their FP8 block scales in c (p2_scale, DF the routed format) */
+template <int DF>
 __device__ __forceinline__ void p2_dn_load(const mp_dn_views &V, const mv_job &S, int k, int64_t h, int b, int nbs,
-                                           int pr, int64_t nchr, int64_t nchs, int lane, uint4 (&v)[P2_G]) {
+                                           int pr, int64_t nchr, int64_t nchs, int lane, uint4 (&v)[P2_G],
+                                           float (&c)[P2_G], int defect) {
     if (b < nbs) {
         const uint8_t *ws = S.data + h * S.pitch;
 #pragma unroll
@@ -300,14 +334,19 @@ __device__ __forceinline__ void p2_dn_load(const mp_dn_views &V, const mv_job &S
 #pragma unroll
         for (int g = 0; g < P2_G; g++) {
             const int q = g0 + g;
-            if (q < k && V.j[q].data && ch < nchr) v[g] = ld_stream(V.j[q].data + h * V.j[q].pitch + ch * 16);
+            if (q < k && V.j[q].data && ch < nchr) {
+                v[g] = ld_stream(V.j[q].data + h * V.j[q].pitch + ch * 16);
+                const int64_t hs = defect == 10 ? (h + V.j[q].block_rows) % V.j[q].r1 : h; /* 10: planted, the next row block's */
+                c[g] = p2_scale<DF>(V.j[q], p2_sbase(V.j[q], hs), ch);
+            }
         }
     }
 }
 
 /* moe_down_persist_kernel's out, DF the routed experts' down format (XT: act rows transposed, as the
- * gate/up kernels wrote them) */
-template <int DF, bool XT>
+ * gate/up kernels wrote them). ST: the row's k + 1 act rows staged in dynamic shared memory at once
+ * (one round trip, overlapping the views), not read from L2 chunk by chunk at dot time. */
+template <int DF, bool XT, bool ST>
 __global__ void __launch_bounds__(P2_WARPS * 32, P2_MINB)
 moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, const float *sg,
                    const moe_expert *experts, moe_expert shared, int64_t I, int64_t W, int64_t H, const float *act,
@@ -324,12 +363,24 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
     int64_t h = (int64_t)blockIdx.x * P2_WARPS + warp;
     int b = 0;
     uint4 va[P2_G], vb[P2_G];
-    if (h < H && nbs > 0) p2_dn_load(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va); /* constants: before the wait */
+    float ca[P2_G] = {}, cb[P2_G] = {}; /* the routed chunks' FP8 block scales */
+    if (h < H && nbs > 0) p2_dn_load<DF>(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va, ca, defect); /* constants: before the wait */
     pdl_wait(); /* everything below may read what the previous kernel wrote */
-    if (threadIdx.x <= k) mp_dn_view_fill(V, threadIdx.x, n, i, k, slots, wsel, experts, shared, act, W, defect);
+    extern __shared__ float4 dx4[];
+    float *xs = reinterpret_cast<float *>(dx4); /* ST: ranks 0 .. k - 1 at q W, the shared expert at k W */
+    if constexpr (ST) { /* rows i k .. i k + k - 1 are adjacent; the shared row is n k + i (W: 4 floats a unit) */
+        const float4 *ar = reinterpret_cast<const float4 *>(act + i * k * W), *as4 = reinterpret_cast<const float4 *>(act + (n * k + i) * W);
+        const int nr4 = (int)(k * W / 4), ns4 = (int)(W / 4);
+        for (int j = threadIdx.x; j < nr4 + ns4; j += blockDim.x) dx4[j] = j < nr4 ? __ldg(ar + j) : __ldg(as4 + (j - nr4));
+    }
+    if (threadIdx.x <= k) {
+        mp_dn_view_fill(V, threadIdx.x, n, i, k, slots, wsel, experts, shared, act, W, defect);
+        const int qs = defect == 9 && (int)threadIdx.x < k ? ((int)threadIdx.x + 1) % k : (int)threadIdx.x; /* 9: planted, the next rank's row */
+        if (ST) V.j[threadIdx.x].x = xs + qs * W;
+    }
     const float gate = dsigmoid(sg[i]);
     __syncthreads();
-    if (h < H && nbs == 0) p2_dn_load(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va);
+    if (h < H && nbs == 0) p2_dn_load<DF>(V, shared.down, k, h, 0, nbs, pr, nchr, nchs, lane, va, ca, defect);
     float acc[P2_G], as = 0.0f, o = 0.0f;
 #pragma unroll
     for (int g = 0; g < P2_G; g++) acc[g] = 0.0f;
@@ -337,8 +388,8 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
         int64_t h2 = h;
         int b2 = b + 1;
         if (b2 == nb_all) h2 = h + stride, b2 = 0; /* the next output's first batch */
-        if (h2 < H) p2_dn_load(V, shared.down, k, defect == 8 && b2 < nbs && h2 != h ? h : h2, b2, nbs, pr, nchr, nchs,
-                               lane, vb); /* 8: planted stale row */
+        if (h2 < H) p2_dn_load<DF>(V, shared.down, k, defect == 8 && b2 < nbs && h2 != h ? h : h2, b2, nbs, pr, nchr,
+                                   nchs, lane, vb, cb, defect); /* 8: planted stale row */
         if (b < nbs) { /* warp_row_dot_full's chunks of the shared row, in order */
             const mv_job &S = V.j[k];
             const int64_t ss = p2_sbase(S, h);
@@ -350,8 +401,8 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
                     const int64_t ch = lane + 32 * ((int64_t)b * P2_G + g);
                     if (ch < nchs) {
                         float w[E2];
-                        p2_decode<FMT>(S, h, ss, ch, va[g], w);
-                        p2_fma<FMT, false, XT>(S.x, S.x_vec, ch, nchs, w, as);
+                        p2_decode<FMT>(S, h, ss, ch, va[g], w, p2_scale<FMT>(S, ss, ch));
+                        p2_fma<FMT, ST, XT>(S.x, S.x_vec, ch, nchs, w, as);
                     }
                 }
             });
@@ -363,8 +414,8 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
                 const mv_job &J = V.j[g0 + g < k ? g0 + g : 0];
                 if (g0 + g < k && J.data && ch < nchr) {
                     float w[EPC];
-                    p2_decode<DF>(J, h, p2_sbase(J, h), ch, va[g], w);
-                    p2_fma<DF, false, XT>(J.x, J.x_vec, ch, nchr, w, acc[g]);
+                    p2_decode<DF>(J, h, p2_sbase(J, h), ch, va[g], w, ca[g]);
+                    p2_fma<DF, ST, XT>(J.x, J.x_vec, ch, nchr, w, acc[g]);
                 }
             }
             if (br % pr == pr - 1) { /* the group's ranks done: xor trees, weighted, added in rank order */
@@ -388,7 +439,7 @@ moe_down_p2_kernel(int64_t n, int k, const int32_t *slots, const float *wsel, co
             as = 0.0f, o = 0.0f;
         }
 #pragma unroll
-        for (int g = 0; g < P2_G; g++) va[g] = vb[g];
+        for (int g = 0; g < P2_G; g++) va[g] = vb[g], ca[g] = cb[g];
         h = h2, b = b2;
     }
 }
@@ -422,15 +473,29 @@ static cudaError_t p2_gate_up(cudaStream_t stream, int pdl, int sms, int64_t n, 
                      (int)I, (int)Is, W, H, x, act, xs_off, defect);
 }
 
+template <int DF, bool XT, bool ST>
+static cudaError_t p2_down_st(cudaStream_t stream, int pdl, int sms, int64_t n, int k, const int32_t *slots,
+                              const float *wsel, const float *sg, const moe_expert *experts, const moe_expert &shared,
+                              int64_t I, int64_t W, int64_t H, const float *act, float *out, int add, int defect,
+                              int max_blocks, size_t smem) {
+    static int resident = 0; /* per instantiation: per kernel */
+    const dim3 g((unsigned)p2_blocks(moe_down_p2_kernel<DF, XT, ST>, resident, smem, sms, n, H, max_blocks), (unsigned)n);
+    return dr_launch(pdl, moe_down_p2_kernel<DF, XT, ST>, g, P2_WARPS * 32, smem, stream, n, k, slots, wsel, sg,
+                     experts, shared, I, W, H, act, out, add, defect);
+}
+
+/* the act rows staged (ST) when they fit beside the views (DRAMA_CUDA_MOE_DOWN_STAGE=0: never) */
 template <int DF, bool XT>
 static cudaError_t p2_down(cudaStream_t stream, int pdl, int sms, int64_t n, int k, const int32_t *slots,
                            const float *wsel, const float *sg, const moe_expert *experts, const moe_expert &shared,
                            int64_t I, int64_t W, int64_t H, const float *act, float *out, int add, int defect,
-                           int max_blocks) {
-    static int resident = 0; /* per instantiation: per kernel */
-    const dim3 g((unsigned)p2_blocks(moe_down_p2_kernel<DF, XT>, resident, 0, sms, n, H, max_blocks), (unsigned)n);
-    return dr_launch(pdl, moe_down_p2_kernel<DF, XT>, g, P2_WARPS * 32, 0, stream, n, k, slots, wsel, sg, experts,
-                     shared, I, W, H, act, out, add, defect);
+                           int max_blocks, int stage) {
+    const size_t smem = (size_t)(k + 1) * (size_t)W * sizeof(float);
+    if (stage && smem <= P2_SMEM_MAX)
+        return p2_down_st<DF, XT, true>(stream, pdl, sms, n, k, slots, wsel, sg, experts, shared, I, W, H, act, out,
+                                        add, defect, max_blocks, smem);
+    return p2_down_st<DF, XT, false>(stream, pdl, sms, n, k, slots, wsel, sg, experts, shared, I, W, H, act, out, add,
+                                     defect, max_blocks, 0);
 }
 
 /* host-side format switch: fn(std::integral_constant<int, FMT>()) */
@@ -452,7 +517,8 @@ template <class Fn> static cudaError_t p2_fmt_host(int fmt, Fn &&fn) {
 cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, const int32_t *slots,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
-                                float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms) {
+                                float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
+                                int stage) {
     if (k > MOE_MAX_TOPK || k * I + Is >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
     const int64_t one = xt_floats<32>(H);
     const int64_t xs_off = moe_epc(gu_fmt) == moe_epc(shared.gate.fmt) ? 0 : one;
@@ -469,8 +535,8 @@ cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt,
     return p2_fmt_host(routed_fmt, [&](auto F) {
         constexpr int DF = decltype(F)::value;
         return XT ? p2_down<DF, true>(stream, pdl, sms, n, k, slots, wsel, sg, experts, shared, I, W, H, act, out, add,
-                                      defect, max_blocks)
+                                      defect, max_blocks, stage)
                   : p2_down<DF, false>(stream, pdl, sms, n, k, slots, wsel, sg, experts, shared, I, W, H, act, out,
-                                       add, defect, max_blocks);
+                                       add, defect, max_blocks, stage);
     });
 }
