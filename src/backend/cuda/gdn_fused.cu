@@ -8,9 +8,10 @@
  * y, a, b, out, the window and the state are bit for bit those of the three launches.
  *
  * The value heads of one key head read the same q/k window: they run as one thread-block cluster
- * (nv / nk blocks, sm_90). Each block reads the old window, then arrives on the cluster barrier;
- * only the cluster's first block writes the advanced q/k window back, after the barrier's wait,
- * so no block can read a window another has already shifted. v channels are one block's own. */
+ * (nv / nk blocks, sm_90). Each block stages the old window at its start; after its rows every
+ * block arrives on the cluster barrier and waits, then only the cluster's first block writes the
+ * advanced q/k window back, so no block can read a window another has already shifted. v channels
+ * are one block's own. */
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_rows.cuh"
@@ -24,7 +25,8 @@ static int g_defect; /* dr_cuda_gdn_plant_defect: the contract's planted control
 
 extern "C" void dr_cuda_gdn_plant_defect(int defect) { g_defect = defect; }
 
-/* barrier.cluster: arrive has release, wait acquire semantics (PTX ISA); a plain block: a no-op */
+/* barrier.cluster: arrive has release, wait acquire semantics (PTX ISA); below sm_90 compiled out
+ * (dr_cuda_gdn_fused_ok refuses such devices) */
 __device__ __forceinline__ void cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive;" ::: "memory");
@@ -60,21 +62,19 @@ gdn_fused_kernel(dr_cuda_gdn_shape s, int64_t n, const float *u, rows_seq rows, 
     auto chan = [&](int l) -> int64_t {
         return l < dk ? (int64_t)kh * dk + l : l < 2 * dk ? qk + (int64_t)kh * dk + (l - dk) : 2 * qk + (int64_t)h * dv + (l - 2 * dk);
     };
-    {
-        const float *cw = rows.conv(i0);
-        for (int l = threadIdx.x; l < L; l += blockDim.x)
-            for (int t = 0; t < K - 1; t++) win[t][l] = cw[(int64_t)t * C + chan(l)];
-    }
-    if (ratio > 1) cluster_arrive(); /* this block has read the old q/k window */
-
     const float qscale = fdiv(1.0f, __fsqrt_rn((float)dk));
     const bool col = j < dv;
     const float neg_a = s.neg_A[h], dt_bias = s.dt_bias[h];
-    float st[GDN_ROWS];
+    float st[GDN_ROWS]; /* the state's loads first: in flight while the window is staged */
 #pragma unroll
     for (int ee = 0; ee < GDN_ROWS; ee++) {
         int e = 2 * ee + half;
         st[ee] = (col && e < dk) ? rows.rec(i0)[(int64_t)h * dk * dv + (int64_t)e * dv + j] : 0.0f;
+    }
+    {
+        const float *cw = rows.conv(i0);
+        for (int l = threadIdx.x; l < L; l += blockDim.x)
+            for (int t = 0; t < K - 1; t++) win[t][l] = cw[(int64_t)t * C + chan(l)];
     }
     for (int64_t i = i0; i < i1; i++) {
         const bool held = rows.held(i);
@@ -154,7 +154,10 @@ gdn_fused_kernel(dr_cuda_gdn_shape s, int64_t n, const float *u, rows_seq rows, 
         }
         __syncthreads(); /* qv / kv / vs / sh are refilled by the next row */
     }
-    if (ratio > 1) cluster_wait(); /* every block of the key head has read its old q/k window */
+    if (ratio > 1) { /* every block of the key head is past its rows, so past reading the old q/k window */
+        cluster_arrive();
+        cluster_wait();
+    }
     float *cw = rows.conv(i0); /* (reloaded: fewer registers live across the rows) */
     for (int l = threadIdx.x; l < L; l += blockDim.x)
         if (l >= 2 * dk || qk_owner)
