@@ -8,7 +8,7 @@
  * y, a, b, out, the window and the state are bit for bit those of the three launches.
  *
  * The value heads of one key head read the same q/k window: they run as one thread-block cluster
- * (nv / nk blocks, sm_90). Each block stages the old window at its start; after its rows every
+ * (nv / nk blocks, sm_90). Each block stages the old window in its first row; after its rows every
  * block arrives on the cluster barrier and waits, then only the cluster's first block writes the
  * advanced q/k window back, so no block can read a window another has already shifted. v channels
  * are one block's own. */
@@ -71,25 +71,38 @@ gdn_fused_kernel(dr_cuda_gdn_shape s, int64_t n, const float *u, rows_seq rows, 
         int e = 2 * ee + half;
         st[ee] = (col && e < dk) ? rows.rec(i0)[(int64_t)h * dk * dv + (int64_t)e * dv + j] : 0.0f;
     }
-    {
-        const float *cw = rows.conv(i0);
-        for (int l = threadIdx.x; l < L; l += blockDim.x)
-            for (int t = 0; t < K - 1; t++) win[t][l] = cw[(int64_t)t * C + chan(l)];
-    }
+    const float *cw0 = rows.conv(i0);
     for (int64_t i = i0; i < i1; i++) {
         const bool held = rows.held(i);
-        /* gdn_conv_kernel for the block's channels (thread l keeps slot l of the window) */
+        const float a_in = a[i * s.nv + h], b_in = b[i * s.nv + h]; /* issued with the conv's loads */
+        /* gdn_conv_kernel's expression for the block's channels, thread l owning slot l of the
+         * shared window (staged from memory in the first row); loops unrolled so the window,
+         * weights and u are loaded together; the same products and sums in the same order */
         for (int l = threadIdx.x; l < L; l += blockDim.x) {
             const int64_t c = chan(l);
             const float *wc = s.conv_w + c * K;
+            if (i == i0) {
+#pragma unroll
+                for (int t = 0; t < CONV_MAX_WIN; t++)
+                    if (t < K - 1) win[t][l] = cw0[(int64_t)t * C + c];
+            }
             const float uc = u[i * C + c];
             float acc = s.conv_b ? s.conv_b[c] : 0.0f;
-            for (int t = 0; t < K - 1; t++) acc = fadd(acc, fmul(wc[t], win[t][l]));
-            acc = fadd(acc, fmul(wc[K - 1], uc));
+#pragma unroll
+            for (int t = 0; t < CONV_MAX_WIN; t++)
+                if (t < K - 1) acc = fadd(acc, fmul(wc[t], win[t][l]));
+#pragma unroll
+            for (int t = 0; t <= CONV_MAX_WIN; t++)
+                if (t == K - 1) acc = fadd(acc, fmul(wc[t], uc));
             if (!held && K > 1) {
-                if (DEFECT != 1)
-                    for (int t = 0; t + 1 < K - 1; t++) win[t][l] = win[t + 1][l];
-                win[K - 2][l] = uc;
+                if (DEFECT != 1) {
+#pragma unroll
+                    for (int t = 0; t + 1 < CONV_MAX_WIN; t++)
+                        if (t + 1 < K - 1) win[t][l] = win[t + 1][l];
+                }
+#pragma unroll
+                for (int t = 0; t < CONV_MAX_WIN; t++)
+                    if (t == K - 2) win[t][l] = uc;
             }
             const float yv = held ? 0.0f : dsilu(acc);
             if (l < dk) qv[l] = yv;
@@ -100,7 +113,7 @@ gdn_fused_kernel(dr_cuda_gdn_shape s, int64_t n, const float *u, rows_seq rows, 
         __syncthreads();
         float oj = 0.0f; /* a held row: state untouched, output 0 (then normed as the norm kernel does) */
         if (!held) { /* gdn_recur_kernel's row */
-            const float a_in = a[i * s.nv + h], b_in = b[i * s.nv + h], vj = col ? vs[j] : 0.0f;
+            const float vj = col ? vs[j] : 0.0f;
             block_l2norm_qk(qv, kv, dk, qscale, sh);
             float g = fmul(neg_a, dsoftplus(fadd(a_in, dt_bias)));
             float beta = dsigmoid(b_in);
