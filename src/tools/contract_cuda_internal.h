@@ -53,7 +53,8 @@ const char *cu_unavailable(char *why, size_t why_size);
 enum { CT_CUDA_NO_RENORM = 100, CT_CUDA_GROUPED_TILE = 101, CT_CUDA_MOE_UP_NEXT, CT_CUDA_MOE_WSEL_NEXT,
        CT_CUDA_MOE_LEAN_NEXT, CT_CUDA_MOE_XT_NEXT, CT_CUDA_GROUPED_STAGE, CT_CUDA_MOE_STALE_VIEW,
        CT_CUDA_MOE_STALE_ROW, CT_CUDA_GROUPED_WALK_GU, CT_CUDA_GROUPED_WALK_DN, CT_CUDA_MOE_P2_NEXT_ROW,
-       CT_CUDA_MOE_P2_STALE_SHARED, CT_CUDA_MOE_P2_STAGE_NEXT, CT_CUDA_MOE_P2_SCALE_ROW };
+       CT_CUDA_MOE_P2_STALE_SHARED, CT_CUDA_MOE_P2_STAGE_NEXT, CT_CUDA_MOE_P2_SCALE_ROW,
+       CT_CUDA_MOE_P2_ROUTE_NEXT };
 const char *ct_cuda_moe_name(int i);
 void ct_cuda_check_moe(const ct_kernel *k, ct_ctx *ctx, ct_result *res);
 

@@ -243,7 +243,9 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm && k->control == CT_CUDA_MOE_P2_STALE_SHARED) dr_cuda_moe_plant_defect(dm, 8);
     if (dm && k->control == CT_CUDA_MOE_P2_STAGE_NEXT) dr_cuda_moe_plant_defect(dm, 9);
     if (dm && k->control == CT_CUDA_MOE_P2_SCALE_ROW) dr_cuda_moe_plant_defect(dm, 10);
+    if (dm && k->control == CT_CUDA_MOE_P2_ROUTE_NEXT) dr_cuda_moe_plant_defect(dm, 11);
     if (dm) dr_cuda_moe_set_down_stage(dm, !(lean & 8)); /* lean & 8: the second persistent down kernel reads act from L2 */
+    if (dm) dr_cuda_moe_set_route_in_gu(dm, !(lean & 16)); /* lean & 16: the routing kernel before the second persistent ones */
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -288,6 +290,16 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
             reported = dr_cuda_status_check(t->c, dst, "moe", &e) == DRAMA_ENUMERIC && strstr(e.message, "layer 7");
         } else {
             t->failed = 1;
+        }
+        /* persistent cases: the same on the per-row path (the second persistent gate/up kernel routes itself) */
+        if (pb >= 0 && !t->failed) {
+            dr_cuda_moe_set_group_min(dm, (int64_t)1 << 40);
+            drama_error e = {0};
+            if (!dr_cuda_moe_run(t->c, dm, 1, dx, dy, 1, ws, wsb, 9, dst, &t->err))
+                reported = reported && dr_cuda_status_check(t->c, dst, "moe", &e) == DRAMA_ENUMERIC &&
+                           strstr(e.message, "layer 9");
+            else
+                t->failed = 1;
         }
     }
     dr_cuda_moe_free(dm);
@@ -411,6 +423,7 @@ static void persist_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int p
     if (p2) { /* moe_persist2.cu's down kernel with act read from L2 (DRAMA_CUDA_MOE_DOWN_STAGE=0), as above */
         moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 9 | p2, 1, HMAX, 0);
         moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 11 | p2, 1, H0, 0);
+        moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 17 | p2, 0, HMAX, 0); /* the routing kernel first (DRAMA_CUDA_MOE_ROUTE=kernel) */
     }
     cu_close(&t);
 }
@@ -478,6 +491,7 @@ int ct_cuda_moe_persist2_controls(ct_kernel *out, int max) {
         {4, CT_CUDA_MOE_P2_STALE_SHARED, "device: second persistent down walk loads the next output's shared-expert row at the current output's"},
         {6, CT_CUDA_MOE_WSEL_NEXT, "device: second persistent down kernel weights a rank with the next rank's weight"},
         {2, CT_CUDA_MOE_P2_STAGE_NEXT, "device: second persistent down kernel dots rank q with the next rank's staged SwiGLU row"},
+        {7, CT_CUDA_MOE_P2_ROUTE_NEXT, "device: second persistent gate/up kernel's own routing gives a rank the next rank's expert"},
         {6, CT_CUDA_MOE_P2_SCALE_ROW, "device: second persistent down kernel's prefetched FP8 block scales taken from the next row block"},
     };
     int n = 0;

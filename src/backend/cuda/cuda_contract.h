@@ -104,6 +104,8 @@ void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
 void dr_cuda_moe_set_persist(struct dr_cuda_moe *m, int on, int max_blocks);
 /* moe_persist2.cu's down kernel: a row's act rows staged in shared memory (1, the default) or read from L2 (0) */
 void dr_cuda_moe_set_down_stage(struct dr_cuda_moe *m, int on);
+/* with those kernels: the gate/up kernel routes its row (1, the default) or the routing kernel runs first (0) */
+void dr_cuda_moe_set_route_in_gu(struct dr_cuda_moe *m, int on);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,6 @@
 #include "backend/cuda/moe_internal.h"
 
 #define GU_WARPS 4          /* outputs per gate/up block */
-#define ROUTE_THREADS 256
 
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/moe_persist.cuh"
@@ -144,6 +143,9 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     /* default 1: moe_persist2.cu's down kernel stages a row's act rows in shared memory; 0: reads them from L2 */
     const char *ds = getenv("DRAMA_CUDA_MOE_DOWN_STAGE");
     m->down_stage = !(ds && !strcmp(ds, "0"));
+    /* default: with the second persistent kernels each gate/up block routes its row (no routing launch); kernel: the routing kernel */
+    const char *ro = getenv("DRAMA_CUDA_MOE_ROUTE");
+    m->route_in_gu = !(ro && !strcmp(ro, "kernel"));
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -227,7 +229,7 @@ moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t
         route_fail(r, k, ids, slots, wsel, layer, st, rst);
         return;
     }
-    route_softmax(probs, s, slot, E, mx, sh); /* dr_op_softmax (moe_persist.cuh) */
+    route_softmax(probs, s, slot, E, mx, sh); /* dr_op_softmax (moe_route.cuh) */
     /* top-k: k rounds of the largest eligible probability, ties to the lower id */
     for (int q = 0; q < k; q++) {
         unsigned long long best = 0;
@@ -332,7 +334,12 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     const bool on_tc = tc && m->router_tc && n >= DR_CUDA_GEMM_MIN_N && dr_cuda_gemm_ok(&jobs[0]) && dr_cuda_gemm_ok(&jobs[1]);
     drama_status s = on_tc ? dr_cuda_gemm_batch(c, jobs, 2, 0, err) : dr_cuda_matmul_batch(c, jobs, 2, err);
     if (s) return s;
-    if (m->persist) /* the same values with fewer barriers (moe_persist.cuh) */
+    const bool p2 = n < m->group_min_n && n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 &&
+                    m->I % 32 == 0 && m->Is % 32 == 0 && m->persist == 2 && m->gu_fmt >= 0;
+    p2_route rt = {};
+    if (p2 && m->route_in_gu) /* the gate/up kernel routes (moe_persist2.cu): the same values, one launch fewer */
+        rt = p2_route{w.scores, m->slot_dev, w.ids, w.wsel, (int)m->E, (int)m->norm_topk, layer, (dev_status *)st, rst};
+    else if (m->persist) /* the same values with fewer barriers (moe_route.cuh) */
         dr_launch(c->pdl, moe_route_rank_kernel, (unsigned)n, ROUTE_THREADS, (size_t)m->E * sizeof(float), c->stream,
                   (const float *)w.scores, (int)m->E, (int)m->topk, (int)m->norm_topk, (const int32_t *)m->slot_dev, w.ids,
                   w.slots, w.wsel, layer, (dev_status *)st, rst);
@@ -341,11 +348,10 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
                   m->E, m->topk, m->norm_topk, m->slot_dev, w.ids, w.slots, w.wsel, layer, (dev_status *)st, rst);
     if ((s = dr_cuda_check(cudaGetLastError(), "MoE routing launch", err))) return s;
     if (n >= m->group_min_n) return dr_cuda_moe_grouped(c, m, n, x, out, add, &w, err);
-    if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
-        m->persist == 2 && m->gu_fmt >= 0)
+    if (p2)
         return dr_cuda_check(moe_persist2_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
                                                  m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
-                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms(), m->down_stage),
+                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms(), m->down_stage, rt),
                              "MoE persistent expert launches (2)", err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
         m->persist && m->gu_fmt >= 0)
@@ -390,6 +396,10 @@ extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
 
 extern "C" void dr_cuda_moe_set_down_stage(dr_cuda_moe *m, int on) {
     if (m) m->down_stage = on != 0;
+}
+
+extern "C" void dr_cuda_moe_set_route_in_gu(dr_cuda_moe *m, int on) {
+    if (m) m->route_in_gu = on != 0;
 }
 
 extern "C" void dr_cuda_moe_set_persist(dr_cuda_moe *m, int on, int max_blocks) {

@@ -38,6 +38,7 @@ struct dr_cuda_moe {
     int router_tc;          /* 1 (DRAMA_CUDA_ROUTER_TC=1): a prefill's router products on the tensor cores */
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
     int down_stage;         /* 1 (default): the second persistent down kernel stages a row's act in shared memory; 0: DRAMA_CUDA_MOE_DOWN_STAGE=0 */
+    int route_in_gu;        /* 1 (default): with those kernels the gate/up kernel routes its row (no routing launch); 0: DRAMA_CUDA_MOE_ROUTE=kernel */
 };
 
 enum { MOE_GROUP_WALK = 0, MOE_GROUP_OLD = 1, MOE_GROUP_STAGED = 2 };
@@ -53,13 +54,12 @@ struct mp_gu_views {
 
 /* rank q's gate/up views of row i into V (q = k: the shared expert; a pruned rank's gate data NULL),
  * x at xq (the staged x or the row itself); one thread per rank, before a barrier */
-__device__ __forceinline__ void mp_gu_view_fill(mp_gu_views &V, int q, int64_t i, int k, const int32_t *slots,
-                                                const moe_expert *experts, const moe_expert &shared, const float *xq) {
+__device__ __forceinline__ void mp_gu_view_fill_slot(mp_gu_views &V, int q, int s, int k, const moe_expert *experts,
+                                                     const moe_expert &shared, const float *xq) {
     mv_job G, U;
     int64_t u0;
     int df;
-    if (q < k) {
-        const int s = slots[i * k + q];
+    if (q < k) { /* s: rank q's slot, -1 none */
         const moe_expert &e = experts[s >= 0 ? s : 0];
         G = e.gate, U = e.up, u0 = e.up_row0, df = e.down.fmt;
         if (s < 0) G.data = NULL;
@@ -69,6 +69,10 @@ __device__ __forceinline__ void mp_gu_view_fill(mp_gu_views &V, int q, int64_t i
     G.x = U.x = xq;
     V.g[q] = G, V.u[q] = U, V.u0[q] = u0, V.dfmt[q] = df;
     V.nch[q] = G.cols / moe_epc(G.fmt);
+}
+__device__ __forceinline__ void mp_gu_view_fill(mp_gu_views &V, int q, int64_t i, int k, const int32_t *slots,
+                                                const moe_expert *experts, const moe_expert &shared, const float *xq) {
+    mp_gu_view_fill_slot(V, q, q < k ? slots[i * k + q] : 0, k, experts, shared, xq);
 }
 
 /* a block's down views of one row: q < k rank q's down weight with its SwiGLU row as x (data NULL: no
@@ -116,12 +120,25 @@ moe_ws dr_cuda_moe_ws_layout(const dr_cuda_moe *m, int64_t n, void *base);
 drama_status dr_cuda_moe_grouped(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const float *x, float *out, int add,
                                  const moe_ws *w, drama_error *err);
 
+/* the routing moe_persist2.cu's gate/up kernel does itself (moe_route.cuh's route_rank_row, by each
+ * block for its row; block x = 0 writes ids / slots / wsel for the down kernel), or none (scores NULL:
+ * the routing kernel ran and slots holds its result) */
+struct p2_route {
+    const float *scores;   /* [n][E] router logits */
+    const int32_t *slot;   /* [E] expert -> slot, -1 pruned */
+    int32_t *ids;          /* [n][k] */
+    float *wsel;           /* [n][k] */
+    int E, norm_topk, layer;
+    dev_status *st;
+    dr_op_status *rst;
+};
+
 /* moe_persist2.cu (DRAMA_CUDA_MOE_PERSIST=2): moe_persist.cuh's moe_persist_launch with the second
- * persistent expert kernels; sms: the device's SM count */
-cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, const int32_t *slots,
+ * persistent expert kernels; sms: the device's SM count; rt: the routing, when not launched before */
+cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, int32_t *slots,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
                                 float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
-                                int stage);
+                                int stage, const p2_route &rt);
 
 #endif

@@ -30,6 +30,8 @@
 #ifndef DRAMA_BACKEND_CUDA_MOE_PERSIST_CUH
 #define DRAMA_BACKEND_CUDA_MOE_PERSIST_CUH
 
+#include "backend/cuda/moe_route.cuh"
+
 #define MP_WARPS 8 /* warps per block, both expert kernels: two blocks per SM at <= 128 registers */
 /* Batch sizes at <= 128 registers without spills (ptxas, sm_90): two batches in flight are 8 loads
  * of 16 bytes a lane (16 warps an SM: 64 KiB). gate/up MP_U 4 spilled 80-124 bytes, down MP_G 8
@@ -262,106 +264,20 @@ moe_down_persist_kernel(int64_t n, int k, int routed_fmt, const int32_t *slots, 
     }
 }
 
-/* ---- routing steps shared by moe.cu's moe_route_kernel and moe_route_rank_kernel ---- */
+/* ---- routing: moe_route_kernel's values with fewer barriers (moe_route.cuh's route_rank_row) ---- */
 
-/* row r has no eligible score: the router error (first failure kept; the seam's per-row status) and
- * no choice (ids and slots -1, weights 0); every thread of the block calls it */
-__device__ __forceinline__ void route_fail(int64_t r, int k, int32_t *ids, int32_t *slots, float *wsel, int layer,
-                                           dev_status *st, dr_op_status *rst) {
-    if (threadIdx.x == 0) dev_fail(st, DR_CUDA_ERR_ROUTER, layer, (int)r);
-    if (threadIdx.x == 0 && rst && !rst[r].code) /* the seam: per row, the first failure kept */
-        rst[r].code = DRAMA_ENUMERIC, rst[r].fault = DR_FAULT_ROUTER, rst[r].a = layer;
-    if (threadIdx.x < k) {
-        ids[r * k + threadIdx.x] = slots[r * k + threadIdx.x] = -1;
-        wsel[r * k + threadIdx.x] = 0.0f;
-    }
-}
-
-/* dr_op_softmax over probs [E] (the eligible scores, -inf elsewhere; mx their max): expf(x - max),
- * the sum in double (block_sum_d), one reciprocal; then probs[e] = the probability of an eligible
- * expert, -1 for the others; ends with a barrier. Every thread of the block calls it. */
-__device__ __forceinline__ void route_softmax(float *probs, const float *s, const int32_t *slot, int E, float mx,
-                                              double *sh) {
-    double sum = 0.0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float ex = expf(fsub(probs[e], mx));
-        probs[e] = ex;
-        sum += ex;
-    }
-    sum = block_sum_d(sum, sh);
-    float inv = (float)(1.0 / sum);
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? fmul(probs[e], inv) : -1.0f;
-        probs[e] = v;
-    }
-    __syncthreads();
-}
-
-/* ---- routing: moe_route_kernel's values with fewer barriers ---- */
-
-/* moe_route_kernel's outputs bit for bit. The eligible count and the max share one pair of barriers
- * (both order-free: an exact integer count, fmaxf in block_max_f's tree), the softmax sum is the
- * same block_sum_d, and the k rounds of a block-wide max (3 barriers each) become one pass: each
- * eligible expert's rank is the number of eligible experts before it in prob_key's order (higher
- * probability, or equal and a lower id; p >= 0 and not NaN, so the float compare is the key's
- * compare with +0 = -0), and rank q < k is choice q. Fewer than k eligible: the rest -1, weight 0. */
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_rank_kernel(const float *scores, int E, int k, int norm_topk, const int32_t *slot, int32_t *ids,
                       int32_t *slots, float *wsel, int layer, dev_status *st, dr_op_status *rst) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ float probs[]; /* [E] */
-    __shared__ double sh[32];
-    __shared__ float shf[32];
-    __shared__ int shc[32];
-    __shared__ int chosen[MOE_MAX_TOPK + 1];
-    __shared__ float chosen_p[MOE_MAX_TOPK + 1];
+    __shared__ route_smem R;
     const int64_t r = blockIdx.x;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const float *s = scores + r * E;
-    int elig = 0;
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? s[e] : -INFINITY;
-        probs[e] = v;
-        elig += v != -INFINITY;
-        mx = fmaxf(mx, v);
-    }
-    if (threadIdx.x <= k) chosen[threadIdx.x] = -1, chosen_p[threadIdx.x] = 0.0f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) elig += __shfl_xor_sync(0xFFFFFFFFu, elig, off);
-    mx = warp_max_f(mx);
-    if (lane == 0) shc[w] = elig, shf[w] = mx;
-    __syncthreads();
-    int ne = lane < nw ? shc[lane] : 0;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ne += __shfl_xor_sync(0xFFFFFFFFu, ne, off);
-    mx = warp_max_f(lane < nw ? shf[lane] : -INFINITY);
-    if (ne == 0) {
+    if (!route_rank_row(scores + r * E, E, k, slot, probs, R)) {
         route_fail(r, k, ids, slots, wsel, layer, st, rst);
         return;
     }
-    route_softmax(probs, s, slot, E, mx, sh); /* moe_route_kernel's steps */
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        const float p = probs[e];
-        if (p < 0.0f) continue; /* not eligible */
-        int rank = 0;
-#pragma unroll 8
-        for (int j = 0; j < E; j++) {
-            const float pj = probs[j];
-            rank += pj > p || (pj == p && j < e);
-        }
-        if (rank < k) chosen[rank] = e, chosen_p[rank] = p;
-    }
-    __syncthreads();
-    if (threadIdx.x < k) { /* every writer sums the chosen in rank order: thread 0's double */
-        double tot = 0.0;
-        for (int q = 0; q < k; q++) tot += chosen[q] >= 0 ? (double)chosen_p[q] : 0.0;
-        const int q = threadIdx.x, id = chosen[q];
-        const float p = chosen_p[q];
-        ids[r * k + q] = id;
-        slots[r * k + q] = id >= 0 ? slot[id] : -1;
-        wsel[r * k + q] = norm_topk && tot > 0.0 ? (float)((double)p / tot) : p;
-    }
+    route_write(R, r, k, norm_topk, slot, ids, slots, wsel);
 }
 
 /* ---- launches ---- */

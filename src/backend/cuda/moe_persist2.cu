@@ -26,6 +26,10 @@
  * xor tree, SwiGLU, act layout, rank-ordered combine, shared expert, gate and residual add; only the
  * order of independent items (outputs) and of independent accumulators (o for the ranks, as for the
  * shared row) changed.
+ * Routing (issue 13, 2026-12-04): unless DRAMA_CUDA_MOE_ROUTE=kernel, every gate/up block routes its
+ * row itself (moe_route.cuh's route_rank_row: the routing kernel's values) while its first shared
+ * batch is in flight, and block x = 0 writes ids / slots / wsel for the down kernel: one launch a
+ * layer fewer, and the views come from the block's own choice instead of slots in memory.
  * Scales and act (issue 13, 2026-12-04): the routed chunks' FP8 block scales are loaded with their
  * weights (a batch ahead), not at dot time, and the down kernel stages the row's k + 1 act rows in
  * shared memory once (DRAMA_CUDA_MOE_DOWN_STAGE=0: read from L2 as before); the same values, so the same bits.
@@ -33,10 +37,12 @@
  * moe_persist.cuh); 7: inside the gate/up walk, a routed next item's rows are loaded at the next
  * output's row; 8: inside the down walk, the next output's shared-expert batches are loaded at the
  * current output's row (a stale row); 9: the staged act row of rank q is rank q + 1's; 10: the down
- * kernel's prefetched FP8 block scales come from the row block after the output's. */
+ * kernel's prefetched FP8 block scales come from the row block after the output's; 11: the gate/up
+ * kernel's own routing (p2_route) gives rank q the views of rank q + 1's expert. */
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
 #include "backend/cuda/moe_internal.h"
+#include "backend/cuda/moe_route.cuh"
 
 #define P2_WARPS 8     /* warps per block, both kernels */
 #define P2_MINB 2      /* blocks of P2_WARPS warps an SM the launch bounds ask for (<= 128 registers; 3 spilled 640-950 bytes) */
@@ -217,11 +223,13 @@ __device__ __forceinline__ void p2_gu_dot(const mv_job &G, const mv_job &U, int6
  * GF's layout and, when the shared expert's chunk differs, in its own at xs_off floats. */
 template <int GF, bool XT>
 __global__ void __launch_bounds__(P2_WARPS * 32, P2_MINB)
-gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *experts, moe_expert shared, int I, int Is,
-                  int64_t W, int64_t H, const float *x, float *act, int64_t xs_off, int defect) {
+gate_up_p2_kernel(int64_t n, int k, int32_t *slots, const moe_expert *experts, moe_expert shared, int I, int Is,
+                  int64_t W, int64_t H, const float *x, float *act, int64_t xs_off, int defect, p2_route rt,
+                  int64_t probs_off) {
     pdl_trigger();
     extern __shared__ float4 gx4[];
     __shared__ mp_gu_views V;
+    __shared__ route_smem R;
     float *xs = reinterpret_cast<float *>(gx4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t i = blockIdx.y;
@@ -239,8 +247,21 @@ gate_up_p2_kernel(int64_t n, int k, const int32_t *slots, const moe_expert *expe
                    nchs, 0, lane, ga, ua);
     }
     pdl_wait(); /* everything below may read what the previous kernel wrote */
-    if (threadIdx.x <= k) /* the views, once per block */
-        mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr);
+    const float *xq = XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr;
+    if (rt.scores) { /* the row's routing by this block (uniform: a kernel parameter), while the shared loads fly */
+        const int ok = route_rank_row(rt.scores + i * rt.E, rt.E, k, rt.slot, xs + probs_off, R);
+        if (blockIdx.x == 0) {
+            if (ok) route_write(R, i, k, rt.norm_topk, rt.slot, rt.ids, slots, rt.wsel);
+            else route_fail(i, k, rt.ids, slots, rt.wsel, rt.layer, rt.st, rt.rst);
+        }
+        if (threadIdx.x <= k) {
+            const int qv = defect == 11 ? ((int)threadIdx.x + 1) % k : (int)threadIdx.x; /* 11: planted, the next rank's expert */
+            const int e = (int)threadIdx.x < k && ok ? R.chosen[qv] : -1;
+            mp_gu_view_fill_slot(V, threadIdx.x, e >= 0 ? rt.slot[e] : -1, k, experts, shared, xq);
+        }
+    } else if (threadIdx.x <= k) { /* the views, once per block */
+        mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, xq);
+    }
     __syncthreads();
     if (t < N) p2_gu_item(t, k, I, Is, q, r), sgb = p2_sbase(V.g[q], r), sub = p2_sbase(V.u[q], V.u0[q] + r);
     if (t >= Is && t < N && V.g[q].data) { /* a routed first item: its view is known now */
@@ -462,15 +483,18 @@ template <class K> static int p2_blocks(K kernel, int &resident, size_t smem, in
 }
 
 template <int GF, bool XT>
-static cudaError_t p2_gate_up(cudaStream_t stream, int pdl, int sms, int64_t n, int k, const int32_t *slots,
+static cudaError_t p2_gate_up(cudaStream_t stream, int pdl, int sms, int64_t n, int k, int32_t *slots,
                               const moe_expert *experts, const moe_expert &shared, int64_t I, int64_t Is, int64_t W,
                               int64_t H, const float *x, float *act, int64_t xs_off, size_t smem, int defect,
-                              int max_blocks) {
-    static int resident = 0; /* per instantiation: per kernel */
-    const dim3 g((unsigned)p2_blocks(gate_up_p2_kernel<GF, XT>, resident, smem, sms, n, (int64_t)k * I + Is, max_blocks),
+                              int max_blocks, const p2_route &rt) {
+    static int resident = 0, resident_rt = 0; /* per instantiation and smem size: per kernel */
+    const int64_t probs_off = (int64_t)(smem / sizeof(float)); /* the routing's probabilities after the staged x */
+    if (rt.scores) smem += (size_t)rt.E * sizeof(float);
+    const dim3 g((unsigned)p2_blocks(gate_up_p2_kernel<GF, XT>, rt.scores ? resident_rt : resident, smem, sms, n,
+                                     (int64_t)k * I + Is, max_blocks),
                  (unsigned)n);
     return dr_launch(pdl, gate_up_p2_kernel<GF, XT>, g, P2_WARPS * 32, smem, stream, n, k, slots, experts, shared,
-                     (int)I, (int)Is, W, H, x, act, xs_off, defect);
+                     (int)I, (int)Is, W, H, x, act, xs_off, defect, rt, probs_off);
 }
 
 template <int DF, bool XT, bool ST>
@@ -514,11 +538,12 @@ template <class Fn> static cudaError_t p2_fmt_host(int fmt, Fn &&fn) {
 }
 
 
-cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, const int32_t *slots,
+cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, int32_t *slots,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
                                 float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
-                                int stage) {
+                                int stage, const p2_route &rt) {
+    static_assert(ROUTE_THREADS == P2_WARPS * 32, "the gate/up kernel routes with the routing kernel's block size");
     if (k > MOE_MAX_TOPK || k * I + Is >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
     const int64_t one = xt_floats<32>(H);
     const int64_t xs_off = moe_epc(gu_fmt) == moe_epc(shared.gate.fmt) ? 0 : one;
@@ -527,9 +552,9 @@ cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt,
     cudaError_t e = p2_fmt_host(gu_fmt, [&](auto F) {
         constexpr int GF = decltype(F)::value;
         return XT ? p2_gate_up<GF, true>(stream, pdl, sms, n, k, slots, experts, shared, I, Is, W, H, x, act, xs_off,
-                                         smem, defect, max_blocks)
+                                         smem, defect, max_blocks, rt)
                   : p2_gate_up<GF, false>(stream, pdl, sms, n, k, slots, experts, shared, I, Is, W, H, x, act, 0, 0,
-                                          defect, max_blocks);
+                                          defect, max_blocks, rt);
     });
     if (e != cudaSuccess) return e;
     return p2_fmt_host(routed_fmt, [&](auto F) {
