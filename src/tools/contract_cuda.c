@@ -378,7 +378,6 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_moe_persist_kernels(out + n, max - n);
     n += ct_cuda_moe_persist2_kernels(out + n, max - n);
     n += ct_cuda_gdn_kernels(out + n, max - n);
-    n += ct_cuda_attn_kernels(out + n, max - n);
     return n;
 }
 
@@ -409,7 +408,6 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_moe_persist_controls(out + n, max - n);
     n += ct_cuda_moe_persist2_controls(out + n, max - n);
     n += ct_cuda_gdn_controls(out + n, max - n);
-    n += ct_cuda_attn_controls(out + n, max - n);
     return n;
 }
 

@@ -583,7 +583,7 @@ static void attn_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, 
     int32_t *dpos = cu_put(t, dpos_h, sizeof dpos_h);
     dr_cuda_attn_shape sh = {nh, nkv, hd, 0, 0, NULL, NULL, NULL, 1e-6, 1.0 / sqrt((double)hd)};
     size_t wsb = dr_cuda_attn_ws_bytes(&sh, n, fx->max_pos);
-    void *ws = cu_zero(t, wsb); /* the fused kernels' counters at its head (attn.cu): zero once */
+    void *ws = cu_alloc(t, wsb);
     dr_cuda_attn_plant_defect(k->control == CC_STAGE_NEXT_V);
     if (!t->failed)
         cu_call(t, dr_cuda_attn(t->c, &sh, n, dq, dpos, (float *const *)dkc, (float *const *)dvc, fx->max_pos,

@@ -14,8 +14,6 @@
 #include "backend/cuda/dev_common.cuh"
 #include "backend/cuda/dev_rows.cuh"
 
-#include <type_traits>
-
 #define PREP_THREADS 256
 #define ATT_P 256        /* positions per tile (one per thread for the weights) */
 #define ATT_THREADS 256
@@ -162,15 +160,9 @@ static int n_splits(int64_t n, int nkv) {
 /* positions of split k out of S for npos positions: [k chunk, min((k + 1) chunk, npos)) */
 __device__ __forceinline__ int split_chunk(int npos, int S) { return ((npos + S - 1) / S + 31) / 32 * 32; }
 
-/* The workspace: the fused kernels' arrival counters (ATT_CNT_BYTES, whatever the shape or n, so a
- * call of another shape never writes over them: zero when allocated, left zero by every call), then
- * the splits' (max, sum) pairs and weighted V sums. */
-#define ATT_CNT_BYTES 4096
-#define ATT_FUSED_MAX_N 8 /* rows of a call that the fused kernels take (n nkv <= ATT_CNT_BYTES / 4) */
-
 extern "C" size_t dr_cuda_attn_ws_bytes(const dr_cuda_attn_shape *s, int64_t n, int64_t max_pos) {
     (void)max_pos;
-    return ATT_CNT_BYTES + (size_t)n * (size_t)s->nh * (size_t)n_splits(n, s->nkv) * (size_t)(s->hd + 2) * sizeof(double);
+    return (size_t)n * (size_t)s->nh * (size_t)n_splits(n, s->nkv) * (size_t)(s->hd + 2) * sizeof(double);
 }
 
 /* ---- staging: asynchronous copies global -> shared (cp.async, sm_80+), no registers in between ---- */
@@ -187,182 +179,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 /* Rows t .. t+n-1 of a K or V cache (row stride kvd, hd floats each) into dst [n][hd], every thread
  * issuing its copies at once (one round trip for the sub-tile), as one commit group. shift (the
- * contract's planted control only) takes each row from the next position instead. The row of
- * position subp (the fused step's new position; -1: none) is never read from the cache: it is
- * copied from sub in shared memory (plain stores, seen after the stage's barrier), or left for the
- * caller when sub is NULL. */
-template <bool SUB>
+ * contract's planted control only) takes each row from the next position instead. */
 __device__ __forceinline__ void stage_rows(float *dst, const float *src, int64_t kvd, int t, int n, int hd, bool vec,
-                                           bool shift, int npos, int subp, const float *sub) {
+                                           bool shift, int npos) {
     if (vec) {
         const int hq = hd >> 2;
         for (int e = threadIdx.x; e < n * hq; e += blockDim.x) {
             const int r = e / hq, c = 4 * (e - r * hq), p = t + r + (shift && t + r + 1 < npos);
-            if (!SUB || p != subp) cp_async16(dst + r * hd + c, src + (int64_t)p * kvd + c);
-            else if (sub) *(float4 *)(dst + r * hd + c) = *(const float4 *)(sub + c);
+            cp_async16(dst + r * hd + c, src + (int64_t)p * kvd + c);
         }
     } else
         for (int e = threadIdx.x; e < n * hd; e += blockDim.x) {
             const int r = e / hd, c = e - r * hd, p = t + r + (shift && t + r + 1 < npos);
-            if (!SUB || p != subp) cp_async4(dst + r * hd + c, src + (int64_t)p * kvd + c);
-            else if (sub) dst[r * hd + c] = sub[c];
+            cp_async4(dst + r * hd + c, src + (int64_t)p * kvd + c);
         }
     cp_async_commit();
-}
-
-/* ---- the fused decode step (MODE 1: split + merge, MODE 2: prep + split + merge; one launch) ---- */
-
-/* What the fused kernels take beyond the split's arguments (zero for MODE 0). */
-struct att_fuse {
-    const float *k_in, *v_in; /* MODE 2: the row's new K / V heads (head m at + m hd) */
-    int64_t kv_ld;
-    const float *gate;        /* NULL = none */
-    int64_t gate_ld, gate_hs;
-    float *o;
-    int64_t o_ld;
-    unsigned *cnt;            /* [n][nkv] arrival counters at the workspace's head: zero between calls */
-};
-
-/* The fused step's preparation (MODE 2, 3), attn_prep_kernel's operations op for op: the G query heads
- * in qs (raw: the first commit group) normed and rotated in place; when fresh, head m's K normed and
- * rotated into knew, its V copied into vnew. Each head's sum of squares takes block_sum_d's tree
- * (the G + 1 reductions share barriers). scratch: G hd floats; cos / sin follow kbuf [hd]. */
-__device__ __forceinline__ void fused_prep(const dr_cuda_attn_shape &s, int64_t i, int m, int G, int64_t p,
-                                           const att_fuse &f, float *qs, float *scratch, bool fresh, float *knew,
-                                           float *vnew, float *kbuf, double (*shs)[32]) {
-    const int hd = s.hd, half = s.rope_half, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float kx[PREP_REG], kw[PREP_REG], vx[PREP_REG];
-    prep_load(fresh ? f.k_in + i * f.kv_ld + (int64_t)m * hd : NULL, hd, 0.0f, kx);
-    prep_load(fresh ? s.k_norm : NULL, hd, 1.0f, kw);
-    prep_load(fresh ? f.v_in + i * f.kv_ld + (int64_t)m * hd : NULL, hd, 0.0f, vx);
-    float *cs = kbuf + hd, *sn = cs + half;
-    for (int t = threadIdx.x; t < half; t += blockDim.x) {
-        double a = (double)p * (double)s.inv_freq[t];
-        cs[t] = (float)cos(a);
-        sn[t] = (float)sin(a);
-    }
-    cp_async_wait<1>(); /* the raw q (the first K sub-tile may still be in flight) */
-    __syncthreads();
-    const int nr = G + (fresh ? 1 : 0); /* the G query heads, then K */
-    for (int g = 0; g < nr; g++) {
-        if (!(g < G ? s.q_norm : s.k_norm)) continue;
-        double ss = 0.0;
-#pragma unroll
-        for (int k = 0; k < PREP_REG; k++) {
-            const int d = threadIdx.x + k * PREP_THREADS;
-            if (d < hd) {
-                const float x = g < G ? qs[g * hd + d] : kx[k];
-                ss += (double)x * (double)x;
-            }
-        }
-        ss = warp_sum_d(ss);
-        if (lane == 0) shs[g][warp] = ss;
-    }
-    __syncthreads();
-    for (int g = 0; g < nr; g++) {
-        const float *w = g < G ? s.q_norm : s.k_norm;
-        float *buf = g < G ? scratch + g * hd : kbuf;
-        float r = 0.0f;
-        if (w) r = (float)(1.0 / sqrt(warp_sum_d(lane < nw ? shs[g][lane] : 0.0) / (double)hd + s.eps));
-#pragma unroll
-        for (int k = 0; k < PREP_REG; k++) {
-            const int d = threadIdx.x + k * PREP_THREADS;
-            if (d < hd) {
-                const float x = g < G ? qs[g * hd + d] : kx[k];
-                buf[d] = w ? fmul(fmul(x, r), g < G ? w[d] : kw[k]) : x;
-            }
-        }
-    }
-    __syncthreads();
-    for (int g = 0; g < nr; g++) {
-        const float *buf = g < G ? scratch + g * hd : kbuf;
-        float *dst = g < G ? qs + g * hd : knew;
-        for (int t = threadIdx.x; t < half; t += blockDim.x) {
-            int ia = s.rope_interleaved ? 2 * t : t, ib = s.rope_interleaved ? 2 * t + 1 : t + half;
-            float a = buf[ia], b = buf[ib];
-            dst[ia] = fsub(fmul(a, cs[t]), fmul(b, sn[t]));
-            dst[ib] = fadd(fmul(b, cs[t]), fmul(a, sn[t]));
-        }
-        for (int d = 2 * half + threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d];
-    }
-    if (fresh)
-#pragma unroll
-        for (int k = 0; k < PREP_REG; k++)
-            if (threadIdx.x + k * PREP_THREADS < hd) vnew[threadIdx.x + k * PREP_THREADS] = vx[k];
-    __syncthreads();
-}
-
-
-/* The merge of (row i, KV head m)'s G heads by the group's last block (MODE 1, 2), attn_merge_kernel's
- * operations per head: the max, L and each d's sum over the splits in order, the division, the gate.
- * The partials are read through L2 (__ldcg: other blocks of this grid wrote them). sm: the score
- * buffer (G ATT_P doubles >= 3 G ATT_MAX_SPLIT), free again. */
-/* MRG_ITEMS (head, d) outputs a thread merges at once, MRG_KU splits' loads of each in flight together */
-template <int MRG_ITEMS, int MRG_KU>
-__device__ __forceinline__ void fused_merge(const dr_cuda_attn_shape &s, int64_t i, int m, int G, int nsplit, int used,
-                                            const double *ws_ml, const double *ws_acc, const att_fuse &f, double *sm) {
-    double *mk = sm, *lk = mk + G * ATT_MAX_SPLIT, *fk = lk + G * ATT_MAX_SPLIT;
-    const int hd = s.hd;
-    const int64_t h0 = i * s.nh + (int64_t)m * G; /* the group's first head */
-    for (int e = threadIdx.x; e < G * used; e += blockDim.x) {
-        const int g = e / used, k = e - g * used;
-        const double *ml = ws_ml + ((h0 + g) * nsplit + k) * 2;
-        mk[g * ATT_MAX_SPLIT + k] = __ldcg(ml), lk[g * ATT_MAX_SPLIT + k] = __ldcg(ml + 1);
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < G * used; e += blockDim.x) {
-        const int g = e / used, k = e - g * used;
-        const double *mg = mk + g * ATT_MAX_SPLIT;
-        double M = -INFINITY;
-        for (int kk = 0; kk < used; kk++) M = fmax(M, mg[kk]);
-        fk[g * ATT_MAX_SPLIT + k] = exp(mg[k] - M);
-    }
-    __syncthreads();
-    const double *ab = ws_acc + h0 * nsplit * hd;
-    for (int e0 = 0; e0 < G * hd; e0 += MRG_ITEMS * blockDim.x) {
-        double acc[MRG_ITEMS];
-        int off[MRG_ITEMS], gk[MRG_ITEMS]; /* item u: head g's split-0 partial at ab + off, its factors at fk + gk */
-#pragma unroll
-        for (int u = 0; u < MRG_ITEMS; u++) {
-            const int e = e0 + u * blockDim.x + threadIdx.x, g = e / hd, d = e - g * hd;
-            acc[u] = 0.0;
-            off[u] = e < G * hd ? g * nsplit * hd + d : -1;
-            gk[u] = g * ATT_MAX_SPLIT;
-        }
-        if constexpr (MRG_KU == 1) {
-            for (int k = 0; k < used; k++)
-#pragma unroll
-                for (int u = 0; u < MRG_ITEMS; u++)
-                    if (off[u] >= 0) acc[u] += __ldcg(ab + off[u] + (int64_t)k * hd) * fk[gk[u] + k];
-        } else {
-            for (int k0 = 0; k0 < used; k0 += MRG_KU) {
-                /* MRG_KU splits' loads of every item issued first, then the sums in split order */
-                double v[MRG_KU][MRG_ITEMS];
-#pragma unroll
-                for (int kk = 0; kk < MRG_KU; kk++)
-#pragma unroll
-                    for (int u = 0; u < MRG_ITEMS; u++)
-                        v[kk][u] = off[u] >= 0 && k0 + kk < used ? __ldcg(ab + off[u] + (int64_t)(k0 + kk) * hd) : 0.0;
-#pragma unroll
-                for (int kk = 0; kk < MRG_KU; kk++)
-#pragma unroll
-                    for (int u = 0; u < MRG_ITEMS; u++)
-                        if (off[u] >= 0 && k0 + kk < used) acc[u] += v[kk][u] * fk[gk[u] + k0 + kk];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < MRG_ITEMS; u++) {
-            const int e = e0 + u * blockDim.x + threadIdx.x, g = e / hd, d = e - g * hd;
-            if (off[u] < 0) continue;
-            double L = 0.0;
-            for (int k = 0; k < used; k++) L += lk[gk[u] + k] * fk[gk[u] + k];
-            const int64_t j = (int64_t)m * G + g;
-            const float gv = f.gate ? f.gate[i * f.gate_ld + j * f.gate_hs + d] : 0.0f;
-            float v = (float)(acc[u] / L);
-            if (f.gate) v = fmul(v, dsigmoid(gv));
-            f.o[i * f.o_ld + j * hd + d] = v;
-        }
-    }
 }
 
 /* Block (split, kv head m, row i): for the G query heads of m over its positions, the running
@@ -373,22 +204,15 @@ __device__ __forceinline__ void fused_merge(const dr_cuda_attn_shape &s, int64_t
  * flight while the current one is used, so a short chunk costs one round trip for q, K and V.
  * The arithmetic is the per-position kernel's: the same fp32 dots and xor trees, the same double
  * softmax (the G heads' block reductions share barriers, each with block_max_f's / block_sum_d's
- * tree), V accumulated over positions in ascending order.
- * MODE 0: partials only (attn_merge_kernel follows). MODE 1: the last block of (row, m) to finish
- * merges (fused_merge). MODE 2 (one row, a decode step): also the preparation (fused_prep) from the
- * raw q / k / v: every block norms and rotates its G query heads; the block holding the new
- * position (the last split) makes the new K / V row, writes it to the cache and stages it from
- * shared memory. MODE 3: MODE 2's preparation, the partials for attn_merge_kernel (two launches).
- * DEFECT 1 (the contract's control): each V row staged from the next position; 2: the merge leaves
- * out the last split; 3: the arrival counter is not reset. */
-template <class R, int DEFECT, int MODE>
-__device__ __forceinline__ void split_body(const dr_cuda_attn_shape &s, const float *q, int64_t q_ld, int64_t q_hs, R rows,
-                                           int nsplit, double *ws_ml, double *ws_acc, const att_fuse &f) {
+ * tree), V accumulated over positions in ascending order. DEFECT 1 (the contract's control):
+ * each V row staged from the next position. */
+template <class R, int DEFECT>
+__global__ void __launch_bounds__(ATT_THREADS)
+attn_split_kernel(dr_cuda_attn_shape s, const float *q, int64_t q_ld, int64_t q_hs, R rows, int nsplit, double *ws_ml,
+                  double *ws_acc) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
-    /* w [G][ATT_P] doubles | q [G][hd] floats | 2 x [ATT_SUB][hd] floats | MODE 2: knew [hd] | vnew [hd] |
-     * kbuf [hd] | cos [half] | sin [half] floats */
-    extern __shared__ double wsm[];
-    __shared__ double sh_sum[ATT_MAXG + 1][32], m_run[ATT_MAXG], l_run[ATT_MAXG], alpha[ATT_MAXG], m_new[ATT_MAXG];
+    extern __shared__ double wsm[]; /* w [G][ATT_P] doubles | q [G][hd] floats | 2 x [ATT_SUB][hd] floats */
+    __shared__ double sh_sum[ATT_MAXG][32], m_run[ATT_MAXG], l_run[ATT_MAXG], alpha[ATT_MAXG], m_new[ATT_MAXG];
     __shared__ float sh_max[ATT_MAXG][32];
     const int split = blockIdx.x, m = blockIdx.y;
     const int64_t i = blockIdx.z;
@@ -407,25 +231,7 @@ __device__ __forceinline__ void split_body(const dr_cuda_attn_shape &s, const fl
         for (int e = 4 * threadIdx.x; e < G * hd; e += 4 * blockDim.x) cp_async16(qs + e, qb + (int64_t)(e / hd) * q_hs + e % hd);
     else
         for (int e = threadIdx.x; e < G * hd; e += blockDim.x) cp_async4(qs + e, qb + (int64_t)(e / hd) * q_hs + e % hd);
-    /* MODE 2: the block holding the new position makes its K / V row (a held row keeps the cache's) */
-    constexpr bool PREP = MODE >= 2, MERGE = MODE == 1 || MODE == 2;
-    const bool fresh = PREP && c1 == npos && !rows.held(i);
-    const int subp = fresh ? npos - 1 : -1;
-    float *knew = stg + 2 * stg_n, *vnew = knew + hd;
-    if (PREP) cp_async_commit(); /* the raw q alone: the preparation waits for it, not for K */
-    stage_rows<PREP>(stg, kb, kvd, c0, min(ATT_SUB, c1 - c0), hd, vec, false, npos, subp, NULL);
-    if constexpr (PREP) {
-        fused_prep(s, i, m, G, npos - 1, f, qs, (float *)wsm, fresh, knew, vnew, vnew + hd, sh_sum);
-        if (fresh) {
-            /* the new row: to the cache (by this block only), into the first K sub-tile if it is there */
-            const int64_t at = (int64_t)subp * kvd + (int64_t)m * hd;
-            float *kd = rows.k(i) + at, *vd = rows.v(i) + at;
-            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-                kd[d] = knew[d], vd[d] = vnew[d];
-                if (subp - c0 < ATT_SUB) stg[(subp - c0) * hd + d] = knew[d];
-            }
-        }
-    }
+    stage_rows(stg, kb, kvd, c0, min(ATT_SUB, c1 - c0), hd, vec, false, npos);
     if (threadIdx.x < G) m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0;
     double acc[ATT_MAXD][ATT_MAXG];
 #pragma unroll
@@ -487,8 +293,7 @@ __device__ __forceinline__ void split_body(const dr_cuda_attn_shape &s, const fl
                 }
                 if (n0 < c1) {
                     const int r0 = n0 + nu * ATT_SUB, nr = min(ATT_SUB, min(c1, n0 + ATT_P) - r0);
-                    stage_rows<PREP>(stg + ((j + 1) & 1) * stg_n, nk ? vb : kb, kvd, r0, nr, hd, vec, DEFECT == 1 && nk, npos,
-                               fresh ? c1 - 1 : -1, nk ? vnew : knew);
+                    stage_rows(stg + ((j + 1) & 1) * stg_n, nk ? vb : kb, kvd, r0, nr, hd, vec, DEFECT == 1 && nk, npos);
                     cp_async_wait<1>();
                 } else
                     cp_async_wait<0>();
@@ -550,41 +355,6 @@ __device__ __forceinline__ void split_body(const dr_cuda_attn_shape &s, const fl
         for (int g = 0; g < ATT_MAXG; g++)
             if (g < G) ws_acc[((i * s.nh + (int64_t)m * G + g) * nsplit + split) * hd + d] = acc[a][g];
     }
-    if constexpr (MERGE) {
-        /* the last block of (row i, KV head m) to arrive merges; it resets the counter for the next call */
-        __shared__ int last;
-        /* npos and chunk again, so they are not held through the loop (asm memory clobbers: reloaded) */
-        const int np2 = (int)rows.p(i) + 1, ch2 = split_chunk(np2, nsplit), used = min(nsplit, (np2 + ch2 - 1) / ch2);
-        __threadfence(); /* this block's partials before its arrival */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned *ct = f.cnt + i * s.nkv + m;
-            last = atomicAdd(ct, 1u) == (unsigned)used - 1;
-            if (last && DEFECT != 3) atomicExch(ct, 0u); /* every block of the group has arrived */
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence(); /* the other blocks' partials after their arrivals */
-        fused_merge<MODE == 2 ? 2 : 16, MODE == 2 ? 8 : 1>(s, i, m, G, nsplit, DEFECT == 2 && used > 1 ? used - 1 : used,
-                                                           ws_ml, ws_acc, f, wsm);
-    }
-}
-
-template <class R, int DEFECT>
-__global__ void __launch_bounds__(ATT_THREADS)
-attn_split_kernel(dr_cuda_attn_shape s, const float *q, int64_t q_ld, int64_t q_hs, R rows, int nsplit, double *ws_ml,
-                  double *ws_acc) {
-    split_body<R, DEFECT, 0>(s, q, q_ld, q_hs, rows, nsplit, ws_ml, ws_acc, att_fuse{});
-}
-
-/* MODE 1 / 2 at two blocks an SM (<= 128 registers: the tower's 256 blocks in one wave); the merge's
- * items per thread and splits loaded ahead (2 x 8 / 16 x 1: 16 loads in flight a thread) chosen so
- * that neither spills (nvcc -Xptxas -v) */
-template <class R, int DEFECT, int MODE>
-__global__ void __launch_bounds__(ATT_THREADS, 2)
-attn_fused_kernel(dr_cuda_attn_shape s, const float *q, int64_t q_ld, int64_t q_hs, R rows, int nsplit, double *ws_ml,
-                  double *ws_acc, att_fuse f) {
-    split_body<R, DEFECT, MODE>(s, q, q_ld, q_hs, rows, nsplit, ws_ml, ws_acc, f);
 }
 
 /* Block (head j, row i): merges the splits that hold positions, divides, applies the gate. The
@@ -638,48 +408,11 @@ static drama_status attn_check(const dr_cuda_attn_shape *s, int64_t n, size_t ws
     return DRAMA_OK;
 }
 
-/* the contract's planted control (cuda_contract.h): 1 = V staged from the next position (every
- * mode), 2 = the fused merge without the last split, 3 = the fused counter never reset */
+/* the contract's planted control (cuda_contract.h): 1 = attn_split_kernel<R, 1> from then on */
 static int attn_defect;
 extern "C" void dr_cuda_attn_plant_defect(int defect) { attn_defect = defect; }
 
-extern "C" drama_status dr_cuda_set_attn_fused(dr_cuda *c, int on, drama_error *err) {
-    if (!c || on < 0 || on > 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_attn_fused: bad argument");
-    c->attn_fused = on;
-    return DRAMA_OK;
-}
-
-/* Whether a call of n rows takes the fused kernels. */
-static bool fused_rows(const dr_cuda *c, const dr_cuda_attn_shape *s, int64_t n) {
-    return c->attn_fused && n <= ATT_FUSED_MAX_N && n * s->nkv * (int64_t)sizeof(unsigned) <= ATT_CNT_BYTES;
-}
-
-/* attn_split_kernel<R, DEFECT, MODE> with the planted defect in force (the seam's accessor: none). */
-template <class R, int MODE>
-static void split_launch(dr_cuda *c, dim3 grid, size_t shm, const dr_cuda_attn_shape *s, const float *q, int64_t q_ld,
-                         int64_t q_hs, R rows, int ns, double *ml, double *acc, const att_fuse &f) {
-    const int d = std::is_same<R, rows_arr>::value ? attn_defect : 0;
-#define SPLIT_L(D)                                                                                             \
-    do {                                                                                                       \
-        if constexpr (MODE == 0)                                                                               \
-            dr_launch(c->pdl, attn_split_kernel<R, D>, grid, ATT_THREADS, shm, c->stream, *s, q, q_ld, q_hs,   \
-                      rows, ns, ml, acc);                                                                      \
-        else                                                                                                   \
-            dr_launch(c->pdl, attn_fused_kernel<R, D, MODE>, grid, ATT_THREADS, shm, c->stream, *s, q, q_ld,   \
-                      q_hs, rows, ns, ml, acc, f);                                                             \
-    } while (0)
-    if constexpr (!std::is_same<R, rows_arr>::value) SPLIT_L(0);
-    else if (d == 1) SPLIT_L(1);
-    else if constexpr (MODE == 1 || MODE == 2) {
-        if (d == 2) SPLIT_L(2);
-        else if (d == 3) SPLIT_L(3);
-        else SPLIT_L(0);
-    } else
-        SPLIT_L(0);
-#undef SPLIT_L
-}
-
-/* The attention of prepared rows: split + merge (2 launches), or MODE 1 (one) when fused_rows. */
+/* The split + merge launches for either accessor. */
 template <class R>
 static drama_status attn_launch(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t n, const float *q, int64_t q_ld,
                                 int64_t q_hs, R rows, const float *gate, int64_t gate_ld, int64_t gate_hs, void *ws,
@@ -689,14 +422,10 @@ static drama_status attn_launch(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t
     if (!st) st = dr_cuda_attn_init(err); /* done already when the backend opened */
     if (st) return st;
     int ns = n_splits(n, s->nkv);
-    double *ml = (double *)((char *)ws + ATT_CNT_BYTES), *acc = ml + (size_t)n * s->nh * ns * 2;
+    double *ml = (double *)ws, *acc = ml + (size_t)n * s->nh * ns * 2;
     dim3 g1((unsigned)ns, (unsigned)s->nkv, (unsigned)n);
-    if (fused_rows(c, s, n) && c->attn_fused == 1) {
-        att_fuse f = {NULL, NULL, 0, gate, gate_ld, gate_hs, o, o_ld, (unsigned *)ws};
-        split_launch<R, 1>(c, g1, shm, s, q, q_ld, q_hs, rows, ns, ml, acc, f);
-        return dr_cuda_check(cudaGetLastError(), "fused attention launch", err);
-    }
-    split_launch<R, 0>(c, g1, shm, s, q, q_ld, q_hs, rows, ns, ml, acc, att_fuse{});
+    if (attn_defect) dr_launch(c->pdl, attn_split_kernel<R, 1>, g1, ATT_THREADS, shm, c->stream, *s, q, q_ld, q_hs, rows, ns, ml, acc);
+    else dr_launch(c->pdl, attn_split_kernel<R, 0>, g1, ATT_THREADS, shm, c->stream, *s, q, q_ld, q_hs, rows, ns, ml, acc);
     if ((st = dr_cuda_check(cudaGetLastError(), "attention launch", err))) return st;
     dim3 g2((unsigned)s->nh, (unsigned)n);
     dr_launch(c->pdl, attn_merge_kernel<R>, g2, ATT_THREADS, 0, c->stream, *s, rows, ns, ml, acc, gate, gate_ld,
@@ -716,66 +445,22 @@ extern "C" drama_status dr_cuda_attn(dr_cuda *c, const dr_cuda_attn_shape *s, in
                        (int64_t)s->nh * s->hd, err);
 }
 
-/* ---- a whole step: prep, then split + merge; fused (one launch) for one row ---- */
-
-/* q (raw; gate at gate + ...) of rows r: with the fused kernels on and n == 1, MODE 2 (q itself left
- * raw); else the prep kernel (q normed and rotated in place) and attn_launch. */
-template <class R>
-static drama_status step_launch(dr_cuda *c, const dr_cuda_attn_shape *s, R r, int64_t n, float *q, int64_t q_ld,
-                                int64_t q_hs, const float *k, const float *v, int64_t kv_ld, const float *gate,
-                                int64_t gate_ld, int64_t gate_hs, void *ws, size_t ws_bytes, float *out,
-                                drama_error *err) {
-    if (n <= 0) return DRAMA_OK;
-    size_t pshm, shm;
-    drama_status st = prep_check(s, &pshm, err);
-    if (st) return st;
-    if (n == 1 && fused_rows(c, s, n)) {
-        /* one row (a decode step: no other row writes the positions it reads): MODE 2, or with
-         * DRAMA_CUDA_ATTN_FUSED=2 MODE 3 and the merge kernel */
-        if ((st = attn_check(s, n, ws_bytes, &shm, err)) || (st = dr_cuda_attn_init(err))) return st;
-        shm += (size_t)(3 * s->hd + 2 * s->rope_half) * sizeof(float); /* knew, vnew, kbuf, cos, sin */
-        if (shm > 220 * 1024) return dr_fail(err, DRAMA_EUNSUPPORTED, "CUDA attention: %zu bytes of shared memory", shm);
-        int ns = n_splits(n, s->nkv);
-        double *ml = (double *)((char *)ws + ATT_CNT_BYTES), *acc = ml + (size_t)n * s->nh * ns * 2;
-        att_fuse f = {k, v, kv_ld, gate, gate_ld, gate_hs, out, (int64_t)s->nh * s->hd, (unsigned *)ws};
-        const dim3 g1((unsigned)ns, (unsigned)s->nkv, 1);
-        if (c->attn_fused == 1) {
-            split_launch<R, 2>(c, g1, shm, s, q, q_ld, q_hs, r, ns, ml, acc, f);
-            return dr_cuda_check(cudaGetLastError(), "fused attention step launch", err);
-        }
-        split_launch<R, 3>(c, g1, shm, s, q, q_ld, q_hs, r, ns, ml, acc, f);
-        if ((st = dr_cuda_check(cudaGetLastError(), "fused attention step launch", err))) return st;
-        dr_launch(c->pdl, attn_merge_kernel<R>, dim3((unsigned)s->nh, 1), ATT_THREADS, 0, c->stream, *s, r, ns, ml, acc,
-                  gate, gate_ld, gate_hs, out, (int64_t)s->nh * s->hd);
-        return dr_cuda_check(cudaGetLastError(), "attention merge launch", err);
-    }
-    const dim3 grid((unsigned)n, (unsigned)(s->nh + s->nkv));
-    dr_launch(c->pdl, attn_prep_kernel<R>, grid, PREP_THREADS, pshm, c->stream, *s, q, q_ld, q_hs, k, v, kv_ld, r, q,
-              q_ld, q_hs);
-    if ((st = dr_cuda_check(cudaGetLastError(), "attention prep launch", err))) return st;
-    return attn_launch(c, s, n, q, q_ld, q_hs, r, gate, gate_ld, gate_hs, ws, ws_bytes, out, (int64_t)s->nh * s->hd, err);
-}
-
-extern "C" drama_status dr_cuda_attn_step(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t n, float *q, int64_t q_ld,
-                                          int64_t q_hs, const float *k_in, const float *v_in, int64_t kv_ld,
-                                          const int32_t *pos, float *const *kc, float *const *vc, const int32_t *skip,
-                                          const float *gate, int64_t gate_ld, int64_t gate_hs, void *ws,
-                                          size_t ws_bytes, float *o, drama_error *err) {
-    if (n <= 0) return DRAMA_OK;
-    if (!c || !s || !q || !k_in || !v_in || !pos || !kc || !vc || !o || !ws)
-        return dr_fail(err, DRAMA_EINVAL, "dr_cuda_attn_step: NULL pointer");
-    rows_arr r = {pos, kc, vc, skip};
-    return step_launch(c, s, r, n, q, q_ld, q_hs, k_in, v_in, kv_ld, gate, gate_ld, gate_hs, ws, ws_bytes, o, err);
-}
-
-/* ---- the seam's attention op ---- */
+/* ---- the seam's attention op: prep in place, then split + merge ---- */
 
 drama_status dr_cuda_seam_attention(dr_cuda *c, const dr_cuda_attn_shape *s, const dr_seq_row *rows, int layer, int64_t n,
                                     float *q, int64_t q_ld, int64_t q_hs, const float *k, const float *v, int64_t kv_ld,
                                     int gated, void *ws, size_t ws_bytes, float *out, drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    size_t shm;
+    drama_status st = prep_check(s, &shm, err);
+    if (st) return st;
     rows_seq r = {rows, layer};
-    return step_launch(c, s, r, n, q, q_ld, q_hs, k, v, kv_ld, gated ? q + s->hd : NULL, q_ld, q_hs, ws, ws_bytes, out,
-                       err);
+    const dim3 grid((unsigned)n, (unsigned)(s->nh + s->nkv));
+    dr_launch(c->pdl, attn_prep_kernel<decltype(r)>, grid, PREP_THREADS, shm, c->stream, *s, q, q_ld, q_hs, k, v, kv_ld,
+              r, q, q_ld, q_hs);
+    if ((st = dr_cuda_check(cudaGetLastError(), "attention prep launch", err))) return st;
+    return attn_launch(c, s, n, q, q_ld, q_hs, r, gated ? q + s->hd : NULL, q_ld, q_hs, ws, ws_bytes, out,
+                       (int64_t)s->nh * s->hd, err);
 }
 
 /* the split kernels' opt-in to large shared memory (dr_cuda_kernels_init: before any capture) */
@@ -783,17 +468,9 @@ static int attn_attr_done;
 drama_status dr_cuda_attn_init(drama_error *err) {
     if (attn_attr_done) return DRAMA_OK;
     attn_attr_done = 1;
-    const void *fns[] = {
-        (const void *)attn_split_kernel<rows_arr, 0>,    (const void *)attn_split_kernel<rows_arr, 1>,
-        (const void *)attn_split_kernel<rows_seq, 0>,    (const void *)attn_fused_kernel<rows_arr, 0, 1>,
-        (const void *)attn_fused_kernel<rows_arr, 1, 1>, (const void *)attn_fused_kernel<rows_arr, 2, 1>,
-        (const void *)attn_fused_kernel<rows_arr, 3, 1>, (const void *)attn_fused_kernel<rows_arr, 0, 2>,
-        (const void *)attn_fused_kernel<rows_arr, 1, 2>, (const void *)attn_fused_kernel<rows_arr, 2, 2>,
-        (const void *)attn_fused_kernel<rows_arr, 3, 2>, (const void *)attn_fused_kernel<rows_seq, 0, 1>,
-        (const void *)attn_fused_kernel<rows_seq, 0, 2>, (const void *)attn_fused_kernel<rows_arr, 0, 3>,
-        (const void *)attn_fused_kernel<rows_arr, 1, 3>, (const void *)attn_fused_kernel<rows_seq, 0, 3>,
-    };
+    const void *fns[] = {(const void *)attn_split_kernel<rows_arr, 0>, (const void *)attn_split_kernel<rows_seq, 0>,
+                         (const void *)attn_split_kernel<rows_arr, 1>, (const void *)attn_split_kernel<rows_seq, 1>};
     drama_status st = DRAMA_OK;
-    for (size_t k = 0; k < sizeof fns / sizeof fns[0] && !st; k++) st = dr_cuda_smem_optin(fns[k], "attention shared memory", err);
+    for (int k = 0; k < 4 && !st; k++) st = dr_cuda_smem_optin(fns[k], "attention shared memory", err);
     return st;
 }

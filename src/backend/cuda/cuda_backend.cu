@@ -84,10 +84,6 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
      * (to compare; default one launch on sm_90+, gdn_fused.cu) */
     const char *gf = getenv("DRAMA_CUDA_GDN_FUSED");
     c->gdn_fused = p.major >= 9 && !(gf && !strcmp(gf, "0"));
-    /* DRAMA_CUDA_ATTN_FUSED=0: attention as prep, split and merge kernels (to compare); =2: prep fused
-     * into the split, the merge kernel after it; default 1: one kernel at one row (attn.cu) */
-    const char *af = getenv("DRAMA_CUDA_ATTN_FUSED");
-    c->attn_fused = af && !strcmp(af, "0") ? 0 : af && !strcmp(af, "2") ? 2 : 1;
     *out = c;
     return DRAMA_OK;
 }

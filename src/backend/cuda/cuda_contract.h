@@ -60,15 +60,8 @@ drama_status dr_cuda_pdl_order_check(dr_cuda *c, const float *src, float *dst, i
 drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float *y, int device_expf, drama_error *err);
 
 /* The split attention (attn.cu) with a planted defect from then on, for every context: 1 = each V
- * row of the shared-memory staging loop copied from the next position (every kernel mode); the
- * fused kernels only: 2 = the last block's merge leaves out the last split, 3 = the arrival counter
- * is never reset (a second call merges nothing); 0 = the real kernel. */
+ * row of the shared-memory staging loop copied from the next position; 0 = the real kernel. */
 void dr_cuda_attn_plant_defect(int defect);
-/* The attention's kernels from now on: 1 = the fused ones for few rows (one kernel at one row, split
- * + merge in one for 2..8; the default), 2 = at one row the preparation fused into the split and the
- * merge kernel after it (else as 0), 0 = prep, split and merge (o and caches bit for bit the same
- * in all three). dr_cuda_open sets it from DRAMA_CUDA_ATTN_FUSED ("0": 0, "2": 2, else 1). */
-drama_status dr_cuda_set_attn_fused(dr_cuda *c, int on, drama_error *err);
 
 /* The fused DeltaNet kernel (gdn_fused.cu, dr_cuda_gdn_step with fused = 1) with a planted defect
  * from then on, for every context: 1 = the conv window not shifted (only its newest slot replaced),

@@ -21,7 +21,6 @@ struct dr_cuda {
     int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
     int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
     int gdn_fused; /* 1: the seam's few-row DeltaNet (+ its gated norm) in one launch (default on sm_90+), 0: three (DRAMA_CUDA_GDN_FUSED) */
-    int attn_fused; /* attention (DRAMA_CUDA_ATTN_FUSED): 1 fused kernels for few rows (default), 2 prep fused into split, 0 prep / split / merge */
 };
 
 struct dr_cuda_weight {

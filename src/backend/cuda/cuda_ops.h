@@ -115,9 +115,7 @@ drama_status dr_cuda_attn_prep(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t 
                                float *const *kc, float *const *vc, const int32_t *skip, float *q_out,
                                drama_error *err);
 
-/* Workspace bytes of dr_cuda_attn / dr_cuda_attn_step for n rows and caches of up to max_pos
- * positions. Its first bytes hold the fused kernels' arrival counters: zero the workspace once when
- * it is allocated (every call leaves them zero). */
+/* Workspace bytes of dr_cuda_attn for n rows and caches of up to max_pos positions. */
 size_t dr_cuda_attn_ws_bytes(const dr_cuda_attn_shape *s, int64_t n, int64_t max_pos);
 /* o [n][nh hd]: row i's heads attend over positions 0 .. pos[i] of kc[i] / vc[i] (GQA: head j uses
  * KV head j / (nh / nkv)); scores and sums in double, split over blocks of positions and merged.
@@ -126,16 +124,6 @@ size_t dr_cuda_attn_ws_bytes(const dr_cuda_attn_shape *s, int64_t n, int64_t max
 drama_status dr_cuda_attn(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t n, const float *q, const int32_t *pos,
                           float *const *kc, float *const *vc, int64_t max_pos, const float *gate, int64_t gate_ld,
                           int64_t gate_hs, void *ws, size_t ws_bytes, float *o, drama_error *err);
-
-/* A whole attention step: dr_cuda_attn_prep of q (in place: q_out = q, q_ld, q_hs), K and V, then
- * dr_cuda_attn over positions 0 .. pos[i] (gate as there, o [n][nh hd]). With the fused kernels on
- * (DRAMA_CUDA_ATTN_FUSED, default) and n == 1 it is one kernel that leaves q raw (o and the caches
- * bit for bit the same); n <= 8 rows: the prep kernel and one fused split + merge kernel. */
-drama_status dr_cuda_attn_step(dr_cuda *c, const dr_cuda_attn_shape *s, int64_t n, float *q, int64_t q_ld, int64_t q_hs,
-                               const float *k_in, const float *v_in, int64_t kv_ld, const int32_t *pos,
-                               float *const *kc, float *const *vc, const int32_t *skip, const float *gate,
-                               int64_t gate_ld, int64_t gate_hs, void *ws, size_t ws_bytes, float *o,
-                               drama_error *err);
 
 /* ---- Gated DeltaNet (gdn.cu) ---- */
 

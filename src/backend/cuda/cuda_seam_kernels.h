@@ -15,9 +15,8 @@ extern "C" {
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_ops.h"
 
-/* Attention (dr_attn_args): q (gate at q + hd when gated) normed and rotated (in place by the prep
- * kernel; the fused one-row kernel leaves q raw), K/V written at each row's position, out [n][nh hd].
- * ws: dr_cuda_attn_ws_bytes(s, n, 0), zeroed once when allocated (the fused kernels' counters). */
+/* Attention (dr_attn_args): q (gate at q + hd when gated) normed and rotated in place, K/V written
+ * at each row's position, out [n][nh hd]. ws: dr_cuda_attn_ws_bytes(s, n, 0). */
 drama_status dr_cuda_seam_attention(dr_cuda *c, const dr_cuda_attn_shape *s, const dr_seq_row *rows, int layer, int64_t n,
                                     float *q, int64_t q_ld, int64_t q_hs, const float *k, const float *v, int64_t kv_ld,
                                     int gated, void *ws, size_t ws_bytes, float *out, drama_error *err);

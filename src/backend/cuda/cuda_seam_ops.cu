@@ -274,13 +274,6 @@ static void *workspace(cs_impl *b, void **ws, size_t *have, size_t bytes) {
         cs_fail(b, DRAMA_ENOMEM, &e);
         return NULL;
     }
-    /* zeroed once: the attention's fused kernels keep their counters at its head (attn.cu) */
-    cudaError_t ce = cudaMemsetAsync(*ws, 0, want, b->c->stream);
-    if (ce != cudaSuccess) {
-        dr_fail(&e, DRAMA_EINTERNAL, "workspace clear: %s", cudaGetErrorString(ce));
-        cs_fail(b, DRAMA_EINTERNAL, &e);
-        return NULL;
-    }
     *have = want;
     return *ws;
 }
