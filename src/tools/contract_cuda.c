@@ -377,7 +377,6 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_pdl_kernels(out + n, max - n);
     n += ct_cuda_moe_persist_kernels(out + n, max - n);
     n += ct_cuda_moe_persist2_kernels(out + n, max - n);
-    n += ct_cuda_gdn_kernels(out + n, max - n);
     return n;
 }
 
@@ -407,7 +406,6 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_pdl_controls(out + n, max - n);
     n += ct_cuda_moe_persist_controls(out + n, max - n);
     n += ct_cuda_moe_persist2_controls(out + n, max - n);
-    n += ct_cuda_gdn_controls(out + n, max - n);
     return n;
 }
 

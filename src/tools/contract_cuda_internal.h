@@ -85,9 +85,6 @@ int ct_cuda_moe_persist_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c
 int ct_cuda_moe_persist_controls(ct_kernel *out, int max);
 int ct_cuda_moe_persist2_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c: moe_persist2.cu */
 int ct_cuda_moe_persist2_controls(ct_kernel *out, int max);
-/* contract_cuda_gdn.c: the seam's DeltaNet in one launch (gdn_fused.cu, DRAMA_CUDA_GDN_FUSED) */
-int ct_cuda_gdn_kernels(ct_kernel *out, int max);
-int ct_cuda_gdn_controls(ct_kernel *out, int max);
 /* the matmul.* entries' stated time limit for format f (contract_cuda.c) */
 double ct_cuda_matmul_limit_ms(int f);
 

@@ -80,10 +80,6 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     /* DRAMA_CUDA_PDL=0: plain launches (default: programmatic dependent launch on sm_90+; pdl.cuh) */
     const char *pdl = getenv("DRAMA_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pdl && !strcmp(pdl, "0"));
-    /* DRAMA_CUDA_GDN_FUSED=0: the frame step's DeltaNet as conv, recurrence and gated norm launches
-     * (to compare; default one launch on sm_90+, gdn_fused.cu) */
-    const char *gf = getenv("DRAMA_CUDA_GDN_FUSED");
-    c->gdn_fused = p.major >= 9 && !(gf && !strcmp(gf, "0"));
     *out = c;
     return DRAMA_OK;
 }

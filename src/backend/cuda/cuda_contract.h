@@ -63,11 +63,6 @@ drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_t n, float 
  * row of the shared-memory staging loop copied from the next position; 0 = the real kernel. */
 void dr_cuda_attn_plant_defect(int defect);
 
-/* The fused DeltaNet kernel (gdn_fused.cu, dr_cuda_gdn_step with fused = 1) with a planted defect
- * from then on, for every context: 1 = the conv window not shifted (only its newest slot replaced),
- * 2 = the gated norm's silu(z) read from the next value head; 0 = the real kernel. */
-void dr_cuda_gdn_plant_defect(int defect);
-
 /* The MoE layer's grouped path (moe_prefill.cu) with a planted defect: 1 = each expert's pairs past
  * the first tile are dropped (inside the first gate/up kernel's tile loop), 2 = the staged down kernel
  * stages a tile's first row from its second pair, 3 / 4 = the walk gate/up / down kernel keeps the

@@ -20,7 +20,6 @@ struct dr_cuda {
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
     int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
     int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
-    int gdn_fused; /* 1: the seam's few-row DeltaNet (+ its gated norm) in one launch (default on sm_90+), 0: three (DRAMA_CUDA_GDN_FUSED) */
 };
 
 struct dr_cuda_weight {

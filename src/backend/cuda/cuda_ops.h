@@ -154,19 +154,6 @@ drama_status dr_cuda_gdn_recur(dr_cuda *c, const dr_cuda_gdn_shape *s, int64_t n
                                const float *z, int64_t z_ld, const float *a, const float *b, int64_t ab_ld,
                                float *const *state, const int32_t *skip, float *o, drama_error *err);
 
-/* The seam's DeltaNet of n rows (backend.h's dr_seq_row table in device memory, layer its slot;
- * runs of consecutive rows of one sequence in position order, u and y [n][C], a and b [n][nv]
- * overwritten with g and beta, z and out [n][nv dv]), then, when s->norm != NULL, the gated norm
- * out_h = rms_norm(out_h, norm) * silu(z_h) (eps rounded to float, as dr_op_gated_rms_norm).
- * fused = 0: the conv, recurrence and norm kernels, one launch each (the path of prefills);
- * 1: one launch (gdn_fused.cu, sm_90: the value heads of a key head form a block cluster), for
- * shapes where dr_cuda_gdn_fused_ok (else DRAMA_EUNSUPPORTED); everything bit for bit fused = 0's. */
-#define DR_CUDA_GDN_FUSED_MAX_ROWS 16
-int dr_cuda_gdn_fused_ok(const dr_cuda *c, const dr_cuda_gdn_shape *s, int64_t n);
-drama_status dr_cuda_gdn_step(dr_cuda *c, const dr_cuda_gdn_shape *s, const dr_seq_row *rows, int layer, int64_t n,
-                              const float *u, float *y, float *a, float *b, const float *z, float *out, int fused,
-                              drama_error *err);
-
 /* ---- the MoE layer (moe.cu) ---- */
 
 typedef struct dr_cuda_moe dr_cuda_moe;

@@ -54,16 +54,6 @@ typedef struct cs_impl {
         int active, used;
     } pnorm;
     int fuse_norm; /* DRAMA_CUDA_FUSE_NORM=0: every rms_norm is its own launch */
-    /* a few-row DeltaNet held back (dr_cuda.gdn_fused): the gated norm of its output that follows
-     * joins its one launch (dr_cuda_gdn_step, fused); cs_flush launches it without the norm */
-    struct {
-        dr_cuda_gdn_shape s;
-        const dr_seq_row *rows;
-        int layer, active;
-        int64_t n;
-        const float *u;
-        float *y, *a, *b, *out;
-    } pgdn;
     /* workspaces, grown outside recorded regions */
     void *attn_ws, *moe_ws;
     size_t attn_ws_bytes, moe_ws_bytes;

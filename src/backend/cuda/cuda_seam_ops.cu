@@ -9,10 +9,7 @@
  *
  * Fused norms: a one-row rms_norm is held back (b->pnorm); the products that read exactly its
  * output take its input and stage the norm themselves (dr_cuda_job.norm, bit-identical to the norm
- * kernel) and write the output too; any other op first launches the norm if no product took it.
- *
- * Fused DeltaNet: a DeltaNet of few rows is held back (b->pgdn); the gated norm of its output that
- * follows (the model's next op) joins its one launch, anything else first launches it alone. */
+ * kernel) and write the output too; any other op first launches the norm if no product took it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -66,22 +63,7 @@ static void pnorm_resolve(cs_impl *b) {
     cs_prof_end(b, CSP_NORM);
 }
 
-/* the held-back DeltaNet (with the gated norm when norm_w != NULL) as its one launch */
-static void pgdn_launch(cs_impl *b, const float *norm_w, int per_head, const float *z, double eps) {
-    if (!b->pgdn.active) return;
-    b->pgdn.active = 0;
-    dr_cuda_gdn_shape s = b->pgdn.s;
-    s.norm = norm_w, s.norm_per_channel = per_head, s.eps = eps;
-    drama_error e = {};
-    cs_prof_begin(b);
-    check(b, dr_cuda_gdn_step(b->c, &s, b->pgdn.rows, b->pgdn.layer, b->pgdn.n, b->pgdn.u, b->pgdn.y, b->pgdn.a,
-                              b->pgdn.b, z, b->pgdn.out, 1, &e),
-          &e);
-    cs_prof_end(b, CSP_GDN);
-}
-
 void cs_flush(cs_impl *b) {
-    pgdn_launch(b, NULL, 0, NULL, 0.0); /* held only with nothing queued: it goes first */
     if (!b->n_pend) {
         pnorm_resolve(b);
         return;
@@ -127,7 +109,6 @@ static void check(cs_impl *b, drama_status st, const drama_error *e) {
 static void op_matmul(dr_backend *be, const dr_weight *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y) {
     cs_impl *b = CS(be);
     if (n <= 0 || r1 <= r0) return;
-    if (b->pgdn.active) cs_flush(b); /* a held-back DeltaNet before anything is queued */
     const dr_cuda_weight *d = cs_weight(b, w);
     if (!d) return;
     dr_cuda_job j = {d, x, n, y, r0, r1, 0, 0, NULL, NULL, 0, 0, NULL};
@@ -223,17 +204,8 @@ static void op_rms_norm(dr_backend *be, const float *x, const float *w, double e
 static void op_gated_rms_norm(dr_backend *be, float *x, const float *w, int per_head, const float *z, double eps,
                               int64_t heads, int64_t dv, int64_t n) {
     cs_impl *b = CS(be);
-    const float *wd = cs_vec(b, w);
-    if (b->pgdn.active && wd && x == b->pgdn.out && heads == b->pgdn.s.nv && dv == b->pgdn.s.dv && n == b->pgdn.n) {
-        size_t ob = (size_t)(n * heads * dv) * sizeof(float), yb = (size_t)n * (size_t)(2 * b->pgdn.s.nk * b->pgdn.s.dk + heads * dv) * sizeof(float);
-        size_t gb = (size_t)(n * heads) * sizeof(float);
-        if (!overlap(z, ob, x, ob) && !overlap(z, ob, b->pgdn.y, yb) && !overlap(z, ob, b->pgdn.a, gb) &&
-            !overlap(z, ob, b->pgdn.b, gb)) { /* z is only read: the norm joins the DeltaNet's launch */
-            pgdn_launch(b, wd, per_head, z, eps);
-            return;
-        }
-    }
     cs_flush(b);
+    const float *wd = cs_vec(b, w);
     if (!wd) return;
     drama_error e = {};
     cs_prof_begin(b);
@@ -307,11 +279,6 @@ static void op_deltanet(dr_backend *be, const dr_gdn_args *a) {
     const float *na = cs_vec(b, a->neg_A), *dt = cs_vec(b, a->dt_bias);
     if (!cw || (a->conv_b && !cb) || !na || !dt) return;
     dr_cuda_gdn_shape s = {a->nk, a->dk, a->nv, a->dv, a->K, cw, cb, na, dt, NULL, 0, 0.0};
-    if (b->c->gdn_fused && dr_cuda_gdn_fused_ok(b->c, &s, a->n)) { /* held back for the gated norm that follows */
-        b->pgdn.s = s, b->pgdn.rows = a->rows, b->pgdn.layer = a->layer, b->pgdn.n = a->n, b->pgdn.u = a->u;
-        b->pgdn.y = a->y, b->pgdn.a = a->a, b->pgdn.b = a->b, b->pgdn.out = a->out, b->pgdn.active = 1;
-        return;
-    }
     drama_error e = {};
     cs_prof_begin(b);
     check(b, dr_cuda_seam_deltanet(b->c, &s, a->rows, a->layer, a->n, 2, a->u, a->y, a->a, a->b, a->out, &e), &e);

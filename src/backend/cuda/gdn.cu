@@ -12,9 +12,12 @@
 #include "backend/cuda/cuda_seam_kernels.h"
 #include "backend/cuda/dev_common.cuh"
 #include "backend/cuda/dev_rows.cuh"
-#include "backend/cuda/gdn_common.cuh"
 
 #define CONV_THREADS 256
+#define REC_THREADS (2 * DR_CUDA_GDN_MAX_DV) /* two threads per state column */
+#define GDN_ROWS (DR_CUDA_GDN_MAX_DK / 2)
+
+#define CONV_MAX_WIN 7 /* K - 1 values of window held in registers across a call's rows (longer: from memory) */
 
 /* held rows: the window is left alone and y is 0 (the seam's contract: outputs unspecified).
  * Rows in order; the window of consecutive rows of one sequence stays in registers (a prefill's 30
@@ -96,6 +99,33 @@ extern "C" drama_status dr_cuda_gdn_conv(dr_cuda *c, const dr_cuda_gdn_shape *s,
     dr_launch(c->pdl, gdn_conv_kernel<decltype(r)>, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0,
               c->stream, *s, n, C, u, u_ld, r, y);
     return dr_cuda_check(cudaGetLastError(), "deltanet conv launch", err);
+}
+
+/* x[0..d) *= fp32(1 / sqrt(sum x^2 + eps)) * scale (dr_op_l2norm) for x = q (scale qscale) and
+ * x = k (scale 1), by the whole block; the two sums share the barriers of one reduction, each with
+ * block_sum_d's tree, so the values are those of two separate norms. sh: 64 doubles. */
+__device__ __forceinline__ void block_l2norm_qk(float *q, float *k, int d, float qscale, double *sh) {
+    double sq = 0.0, sk = 0.0;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        sq += (double)q[e] * (double)q[e];
+        sk += (double)k[e] * (double)k[e];
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    sq = warp_sum_d(sq);
+    sk = warp_sum_d(sk);
+    __syncthreads(); /* sh may still be read by a previous reduction */
+    if (lane == 0) sh[w] = sq, sh[32 + w] = sk;
+    __syncthreads();
+    sq = warp_sum_d(lane < nw ? sh[lane] : 0.0);
+    sk = warp_sum_d(lane < nw ? sh[32 + lane] : 0.0);
+    const float rq = fmul((float)(1.0 / sqrt(sq + (double)1e-6f)), qscale);
+    const float rk = fmul((float)(1.0 / sqrt(sk + (double)1e-6f)), 1.0f);
+    __syncthreads(); /* every thread has read q and k before anyone rescales them */
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        q[e] = fmul(q[e], rq);
+        k[e] = fmul(k[e], rk);
+    }
+    __syncthreads();
 }
 
 /* Block = value head h (and row i0 when rows are distinct sessions). Thread t owns column
