@@ -359,10 +359,10 @@ __device__ fast_smem fast_layout(void *base, int n, int n2) {
     F.maxk = F.top + TOP_CAP;
     F.zpart = (double *)(F.maxk + 32);
     F.hist = (int *)(F.zpart + 32);
-    F.sel = F.hist + 512;
+    F.sel = F.hist + 768;
     return F;
 }
-static size_t fast_smem_bytes(int n, int n2) { return smem_bytes(n, n2) + (size_t)TOP_CAP * 8 + 64 * 8 + 516 * 4; }
+static size_t fast_smem_bytes(int n, int n2) { return smem_bytes(n, n2) + (size_t)TOP_CAP * 8 + 64 * 8 + 772 * 4; }
 
 static int pow2_at_least(int n) {
     int p = 1;

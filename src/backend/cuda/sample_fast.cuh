@@ -12,8 +12,8 @@ struct fast_smem {
     unsigned long long *top;  /* [TOP_CAP] the selected keys, then sorted (rank order) */
     unsigned long long *maxk; /* [32] each warp's largest key */
     double *zpart;            /* [32] each warp's part of the untempered total Z */
-    int *hist;                /* [2][256] the radix select's digit counts, double-buffered */
-    int *sel;                 /* [4] chosen digit, keys still needed, that digit's count, keys collected */
+    int *hist;                /* [3][256] the radix select's digit counts, rotating */
+    int *sel;                 /* [4] sel[3]: keys collected */
 };
 
 /* Which of the logits a block keeps: key build / the state of S.keys between the two semantic draws. */
@@ -103,8 +103,10 @@ __device__ __forceinline__ unsigned long long warp_sort(unsigned long long v) {
  * zeros at top[swz(k .. k2)): a radix select on the 64-bit key, 8 bits a round from the top (the
  * sign/exponent byte first); bits 31..13 of every valid key are ones (index < 8192), so after the
  * four logit rounds the index's 13 bits take two more (exact ties only). A round ends early when the
- * chosen digit's keys are exactly the ones still needed. hist[0][] holds round 0's counts (the key
- * build's), hist[1][] and sel[3] are zero. Two barriers a round (round 0: one), one to collect. */
+ * chosen digit's keys are exactly the ones still needed. Every warp finds the digit itself from the
+ * counts (the same integers: the same answer), so a round costs one barrier; the counts rotate over
+ * three buffers (the one zeroed in round r was last read in round r - 2, before round r - 1's
+ * barrier). hist[0][] holds round 0's counts (the key build's), hist[1..2][] and sel[3] are zero. */
 __device__ void select_top(const unsigned long long *keys, int n2, int k, int k2, const fast_smem &F) {
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, iters = (n2 + nt - 1) / nt;
     unsigned long long T = 0, mask = 0; /* the chosen digits so far; mask: their bits (contiguous from 63) */
@@ -112,9 +114,10 @@ __device__ void select_top(const unsigned long long *keys, int n2, int k, int k2
     for (int r = 0;; r++) {
         const int sh = r < 4 ? 56 - 8 * r : r == 4 ? 5 : 0, nb = r == 5 ? 5 : 8;
         const unsigned dmask = (1u << nb) - 1;
-        int *h = F.hist + (r & 1) * 256;
+        int *h = F.hist + (r % 3) * 256;
         if (r == 4) T |= 0x7FFFFull << 13, mask |= 0x7FFFFull << 13;
         if (r > 0) {
+            for (int j = tid; j < 256; j += nt) F.hist[((r + 1) % 3) * 256 + j] = 0;
             for (int it = 0; it < iters; it++) {
                 const int i = tid + it * nt;
                 const unsigned long long key = i < n2 ? keys[i] : 0;
@@ -125,38 +128,38 @@ __device__ void select_top(const unsigned long long *keys, int n2, int k, int k2
             }
             __syncthreads();
         }
-        if (tid < 32) { /* lane l: digits from the top, per of them; the one where the count passes need */
-            const int per = (1 << nb) >> 5;
-            int c[8], tot = 0;
+        /* lane l: digits from the top, per of them; the one where the count passes need */
+        const int per = (1 << nb) >> 5;
+        int c[8], tot = 0;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                c[j] = j < per ? h[(int)dmask - (lane * per + j)] : 0;
-                tot += c[j];
-            }
-            int inc = tot;
-#pragma unroll
-            for (int off = 1; off < 32; off <<= 1) {
-                const int o = __shfl_up_sync(0xFFFFFFFFu, inc, off);
-                if (lane >= off) inc += o;
-            }
-            int acc = inc - tot;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (j < per && acc < need && acc + c[j] >= need) {
-                    F.sel[0] = (int)dmask - (lane * per + j);
-                    F.sel[1] = need - acc;
-                    F.sel[2] = c[j];
-                }
-                acc += c[j];
-            }
-            for (int j = lane; j < 256; j += 32) F.hist[((r + 1) & 1) * 256 + j] = 0; /* read last round */
+        for (int j = 0; j < 8; j++) {
+            c[j] = j < per ? h[(int)dmask - (lane * per + j)] : 0;
+            tot += c[j];
         }
-        __syncthreads();
-        const int cnt = F.sel[2];
-        T |= (unsigned long long)(unsigned)F.sel[0] << sh;
+        int inc = tot;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int o = __shfl_up_sync(0xFFFFFFFFu, inc, off);
+            if (lane >= off) inc += o;
+        }
+        int acc = inc - tot, fd = -1, fneed = 0, fcnt = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (j < per && acc < need && acc + c[j] >= need) {
+                fd = (int)dmask - (lane * per + j);
+                fneed = need - acc;
+                fcnt = c[j];
+            }
+            acc += c[j];
+        }
+        const int src = __ffs(__ballot_sync(0xFFFFFFFFu, fd >= 0)) - 1; /* exactly one lane */
+        fd = __shfl_sync(0xFFFFFFFFu, fd, src);
+        fneed = __shfl_sync(0xFFFFFFFFu, fneed, src);
+        fcnt = __shfl_sync(0xFFFFFFFFu, fcnt, src);
+        T |= (unsigned long long)(unsigned)fd << sh;
         mask |= (unsigned long long)dmask << sh;
-        need = F.sel[1];
-        if (cnt == need || r == 5) break; /* r == 5: the whole key, a single one */
+        need = fneed;
+        if (fcnt == need || r == 5) break; /* r == 5: the whole key, a single one */
     }
     /* the keys above the chosen prefix and all of its own: exactly k */
     for (int it = 0; it < iters; it++) {
@@ -290,7 +293,7 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
             F.sel[3] = 0;
         }
         if (try_top)
-            for (int i = tid; i < 512; i += nt) F.hist[i] = 0;
+            for (int i = tid; i < 768; i += nt) F.hist[i] = 0;
         __syncthreads();
         int valid = 0;
         unsigned long long best = 0;
