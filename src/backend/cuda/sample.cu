@@ -18,7 +18,7 @@
  * The faster draw (sample_fast.cuh; the default, DRAMA_CUDA_SAMPLE=0 runs the one above) changes
  * only what is sorted and where the sums are formed, never an operand or the order of a sequential
  * sum: (1) the full sort is the same bitonic network with each thread's 8 keys in registers, 3 stages
- * a shared-memory round trip (33 barriers at 8192 candidates instead of 91): keys are distinct, so
+ * a shared-memory round trip (34 barriers at 8192 candidates instead of 91): keys are distinct, so
  * any correct sort gives the one order. (2) With 0 < top_k < m (top_k <= 1024) only the top_k
  * largest keys are needed: a radix select on the 64-bit key finds exactly them (a set: the same for
  * any method), 32 of them are sorted by one warp's shuffles, more by (1). The nucleus cut can bind
