@@ -96,7 +96,12 @@ static int run_block(const float *lg, int n, const spec2 &sp, double u1, double 
             int err = 0, arg = 0, r, r2 = -99;
             fast_smem F = fast_layout(smem.data(), n, n2);
             draw_state ds = {0, 0};
-            if (variant == 1) {
+            if (variant == 0) { /* the sort-all draw (DRAMA_CUDA_SAMPLE=0), its own n2 */
+                int n2o = 1;
+                while (n2o < n) n2o <<= 1;
+                sample_smem S = smem_layout(smem.data(), n, n2o);
+                r = block_draw(lg, n, n2o, sp.a, u1, S, &err, &arg);
+            } else if (variant == 1) {
                 r = fast_draw<1>(lg, n, n2, sp.a, u1, F, ds, &err, &arg);
                 if (sp.two && r >= 0) r2 = fast_draw<1>(lg, n, n2, sp.b, u2, F, ds, &err, &arg);
             } else if (variant == 2) r = fast_draw<2>(lg, n, n2, sp.a, u1, F, ds, &err, &arg);
@@ -173,6 +178,10 @@ int main(int argc, char **argv) {
         int ok = r == ref && r2 == ref2;
         bad += !ok;
         int d2 = -1, d3 = -1, dummy;
+        if (c % 3 == 0) {
+            const int o = run_block(lg.data(), n, sp, u1, u2, 0, &dummy);
+            if (o != ref) bad++, printf("BAD old draw %d cpu %d\n", o, ref);
+        }
         if (T > 0 && c % 2 == 0) { d2 = run_block(lg.data(), n, sp, u1, u2, 2, &dummy); ctl2 += d2 != ref; }
         if (T > 0 && K > 0 && K < n && c % 2 == 1) { d3 = run_block(lg.data(), n, sp, u1, u2, 3, &dummy); ctl3 += d3 != ref; ctl3n++; }
         if (!ok) { spec2 s1; s1.a = sp.b; s1.two = 0; int dd; int alone = run_block(lg.data(), n, s1, u2, 0, 1, &dd); printf("  second spec alone (fresh): %d\n", alone);
