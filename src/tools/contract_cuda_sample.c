@@ -1,6 +1,7 @@
 /* contract_cuda_sample.c - `drama contract` entry for the faster CUDA draw (sample.cu, sample_fast.cuh,
  * DRAMA_CUDA_SAMPLE): dr_cuda_sample_raw with the faster kernels against, on the same logits, spec and u,
- * both the CPU's dr_sample and the kernels that sort every candidate (dr_cuda_set_sample 0); tol 0.
+ * both the CPU's dr_sample and the kernels that sort every candidate (dr_cuda_set_sample 0), and the
+ * faster kernels without the nucleus list (4) against the CPU; tol 0.
  * Fixtures: random, flat, peaked, ties, -inf excluded, signed zeros, a huge range, one survivor, at
  * 1 .. 8192 candidates (odd sizes too), top_k 0 / 1 / 30 / 32 / 33 / 1000 / 5000 (the warp list, the
  * block list, the full sort), top_p 1 / 0.9 / 0.5 / 1e-6, T 0 / 0.7 / 1 / 1.5, both crossing rules, the
@@ -35,7 +36,7 @@ static void fast_vec(uint64_t *s, int v, float *x, int n, uint64_t seed, int64_t
         case 6: l = 3e29 * g; break;                        /* a huge range */
         case 7: l = (i == n / 3) ? 2.0 : -INFINITY; break;  /* one survivor */
         case 8: l = (double)(ct_rand_u64(s) % 2); break;    /* two values: exact ties, flat */
-        case 9: l = (i % 3 == 1) ? -INFINITY : 0.05 * g; break; /* flat with excluded */
+        case 9: l = i == 5 % n ? 0.0 : (i % 4 == 1) ? -4.6 + 0.01 * g : (i % 4 == 2) ? -INFINITY : -30 + g; break; /* one dominant, a long tail: the nucleus list's gate passes, the list is too short */
         default: l = 3 * g; break;                          /* random (0, 10, 11) */
         }
         x[i] = (float)l;
@@ -47,7 +48,7 @@ static void fast_vec(uint64_t *s, int v, float *x, int n, uint64_t seed, int64_t
 static void fast_case(const ct_kernel *k, cu_t *t, ct_result *res, dr_sample_ws *ws, const float *lg, const float *dl,
                       const double *u, const double *du, int32_t *dout, dr_cuda_status *dst, int n, float T, float P,
                       int K, int rule) {
-    int32_t o_new[NV], o_old[NV];
+    int32_t o_new[NV], o_old[NV], o_nl[NV];
     const int fast = k->control ? k->control : 1;
     if (t->failed) return;
     if (dr_cuda_set_sample(t->c, fast, &t->err) ||
@@ -58,8 +59,12 @@ static void fast_case(const ct_kernel *k, cu_t *t, ct_result *res, dr_sample_ws 
         dr_cuda_sample_raw(t->c, dl, n, n, NV, T, P, K, rule, du, dout, dst, &t->err))
         t->failed = 1;
     if (cu_get(t, o_old, dout, sizeof o_old)) return;
-    float out[2 * NV], alt[2 * NV];
-    double ref[2 * NV], tol[2 * NV] = {0};
+    if (dr_cuda_set_sample(t->c, 4, &t->err) || /* the faster draw without the nucleus list */
+        dr_cuda_sample_raw(t->c, dl, n, n, NV, T, P, K, rule, du, dout, dst, &t->err))
+        t->failed = 1;
+    if (cu_get(t, o_nl, dout, sizeof o_nl)) return;
+    float out[3 * NV], alt[3 * NV];
+    double ref[3 * NV], tol[3 * NV] = {0};
     dr_draw_spec sp = {T, P, K, rule & 1 ? DR_TOPP_DROP_CROSSING : DR_TOPP_KEEP_CROSSING};
     drama_error e = {0};
     for (int v = 0; v < NV; v++) {
@@ -69,11 +74,12 @@ static void fast_case(const ct_kernel *k, cu_t *t, ct_result *res, dr_sample_ws 
         if (dr_sample(lg + (int64_t)v * n, n, &sp, (double)ct_h((float)u[v]), ws, &a, "contract", &e)) a = -1;
         out[v] = (float)o_new[v], ref[v] = r, alt[v] = (float)a;
         out[NV + v] = (float)o_new[v], ref[NV + v] = o_old[v], alt[NV + v] = (float)o_old[v];
+        out[2 * NV + v] = (float)o_nl[v], ref[2 * NV + v] = r, alt[2 * NV + v] = (float)r;
     }
-    char name[128];
-    snprintf(name, sizeof name, "n=%d T=%g top_p=%g top_k=%d %s%s: CPU, then the sort-all kernels (%d vectors)", n,
+    char name[160];
+    snprintf(name, sizeof name, "n=%d T=%g top_p=%g top_k=%d %s%s: CPU, sort-all, nolist vs CPU (%d vectors)", n,
              (double)T, (double)P, K, rule & 1 ? "drop-crossing" : "keep-crossing", rule & 2 ? " sequential" : "", NV);
-    ct_compare(res, name, out, ref, tol, 2 * NV);
+    ct_compare(res, name, out, ref, tol, 3 * NV);
     if (n >= 4097) ct_discriminate(res, name, alt, ref, tol, NV);
 }
 

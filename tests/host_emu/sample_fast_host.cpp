@@ -22,6 +22,7 @@ extern "C" {
 #define __global__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 struct dim3t { int x; };
 thread_local dim3t threadIdx;
 static dim3t blockDim = {1024};
@@ -74,9 +75,14 @@ static int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static int atomicAdd(int *p, int v) { std::lock_guard<std::mutex> g(amu); int o = *p; *p += v; return o; }
 static int atomicMin(int *p, int v) { std::lock_guard<std::mutex> g(amu); int o = *p; if (v < *p) *p = v; return o; }
 static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+#define __expf(x) expf(x)
 static float fsub(float a, float b) { return a - b; }
 static float fdiv(float a, float b) { return a / b; }
 using std::isfinite; using std::isinf; using std::isnan;
+#include <map>
+#include <string>
+static std::map<std::string, int> stats;
+#define SAMPLE_STAT(what) (stats[what]++)
 #include "sample_extracted.inc" /* run_sample_fast_host.sh writes it from sample.cu */
 
 struct spec2 { draw_spec a, b; int two; };
@@ -95,7 +101,7 @@ static int run_block(const float *lg, int n, const spec2 &sp, double u1, double 
             threadIdx.x = t;
             int err = 0, arg = 0, r, r2 = -99;
             fast_smem F = fast_layout(smem.data(), n, n2);
-            draw_state ds = {0, 0};
+            draw_state ds = {0, 0, 0};
             if (variant == 0) { /* the sort-all draw (DRAMA_CUDA_SAMPLE=0), its own n2 */
                 int n2o = 1;
                 while (n2o < n) n2o <<= 1;
@@ -111,15 +117,6 @@ static int run_block(const float *lg, int n, const spec2 &sp, double u1, double 
     for (auto &x : th) x.join();
     for (int w = 0; w < 32; w++) delete warpbar[w];
     *second = res2;
-    if (variant == 1 && sp.two) {
-        fast_smem F = fast_layout(smem.data(), n, n2);
-        std::vector<unsigned long long> want;
-        for (int i = 0; i < n2; i++) want.push_back(i < n && !std::isinf(lg[i]) ? logit_key(lg[i], i) : 0);
-        std::sort(want.begin(), want.end(), std::greater<unsigned long long>());
-        int badpos = -1;
-        for (int i = 0; i < n2; i++) if (F.S.keys[i] != want[i]) { badpos = i; break; }
-        if (badpos >= 0) printf("  keys after the redraw: first wrong rank %d (got %llx want %llx)\n", badpos, F.S.keys[badpos], want[badpos]);
-    }
     return res;
 }
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
@@ -153,18 +150,21 @@ int main(int argc, char **argv) {
     std::vector<float> lg(8192);
     int bad = 0, ctl2 = 0, ctl3 = 0, ctl3n = 0;
     for (int c = 0; c < cases; c++) {
-        int n = sizes[rnd() % 6], kind = rnd() % 6;
+        int n = sizes[rnd() % 6], kind = rnd() % 7;
+        if (getenv("GUESS")) n = c % 2 ? 8192 : 1024, kind = c % 3 == 0 ? 6 : 0; /* the nucleus list's paths */
         for (int i = 0; i < n; i++) {
             double g = gauss(), l;
             switch (kind) { case 1: l = 0.05 * g; break; case 2: l = floor(g * 2) / 2; break; case 3: l = (i % 7 == 3) ? -INFINITY : 3 * g; break;
-            case 4: l = (i % 2) ? 0.0 : -0.0; break; default: l = 3 * g; }
+            case 4: l = (i % 2) ? 0.0 : -0.0; break; case 6: l = i == 5 ? 0.0 : (i % 4 == 1) ? -4.6 + 0.01 * g : -30 + g; break; default: l = 3 * g; }
             lg[i] = (float)l;
         }
         spec2 sp;
         int K = Ks[rnd() % 6], keep = rnd() % 2;
         float P = Ps[rnd() % 4], T = Ts[rnd() % 4];
+        if (getenv("GUESS")) K = 0, P = c % 4 == 3 ? 0.5f : 0.9f, T = T > 0 ? T : 1.0f;
         sp.a = {T, P, K, keep, 0};
-        sp.b = {1.0f, 0.9f, 0, 1, 0};
+        const float P2 = (c % 2) && P < 1.0f ? P : 0.9f;
+        sp.b = {1.0f, P2, 0, 1, 0};
         sp.two = 1;
         double u1 = kind == 4 ? 0.5 : unif(), u2 = unif();
         int r2;
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
         dr_draw_spec cs = {T, P, K, keep ? DR_TOPP_KEEP_CROSSING : DR_TOPP_DROP_CROSSING};
         int ref = -1, ref2 = -1;
         if (dr_sample(lg.data(), n, &cs, u1, &ws, &ref, "h", &e)) ref = -1;
-        dr_draw_spec cs2 = {1.0f, 0.9f, 0, DR_TOPP_KEEP_CROSSING};
+        dr_draw_spec cs2 = {1.0f, P2, 0, DR_TOPP_KEEP_CROSSING};
         if (dr_sample(lg.data(), n, &cs2, u2, &ws, &ref2, "h", &e)) ref2 = -1;
         if (ref < 0) ref2 = -99;
         int ok = r == ref && r2 == ref2;
@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
         printf("%s n=%d kind=%d T=%g P=%g K=%d keep=%d: fast %d/%d cpu %d/%d  ctl2 %d ctl3 %d\n", ok ? "ok " : "BAD", n, kind, T, P, K, keep, r, r2, ref, ref2, d2, d3);
         fflush(stdout);
     }
+    for (auto &kv : stats) printf("path %s: %d\n", kv.first.c_str(), kv.second);
     printf("bad %d; control 2 differed %d, control 3 differed %d of %d\n", bad, ctl2, ctl3, ctl3n);
     return bad != 0;
 }

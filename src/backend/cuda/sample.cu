@@ -350,6 +350,11 @@ __device__ sample_smem smem_layout(void *base, int n, int n2) {
 
 __host__ __device__ static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 8 * sizeof(int); }
 
+/* The kernels' variants: V = 0 the sort-everything draw (block_draw), 1 the faster one (fast_draw),
+ * 2 and 3 its planted defects (sample_raw_kernel only), 4 the faster one without the nucleus list.
+ * dr_cuda.sample picks (DRAMA_CUDA_SAMPLE). */
+enum { SV_OLD, SV_FAST, SV_SORT_DEFECT, SV_TOPK_DEFECT, SV_NOLIST, SV_COUNT };
+
 #include "backend/cuda/sample_fast.cuh"
 
 __device__ fast_smem fast_layout(void *base, int n, int n2) {
@@ -360,9 +365,11 @@ __device__ fast_smem fast_layout(void *base, int n, int n2) {
     F.zpart = (double *)(F.maxk + 32);
     F.hist = (int *)(F.zpart + 32);
     F.sel = F.hist + 768;
+    F.gm = (float *)(F.sel + 4);
+    F.gs = F.gm + 32;
     return F;
 }
-static size_t fast_smem_bytes(int n, int n2) { return smem_bytes(n, n2) + (size_t)TOP_CAP * 8 + 64 * 8 + 772 * 4; }
+static size_t fast_smem_bytes(int n, int n2) { return smem_bytes(n, n2) + (size_t)TOP_CAP * 8 + 64 * 8 + 772 * 4 + 64 * 4; }
 
 static int pow2_at_least(int n) {
     int p = 1;
@@ -370,9 +377,6 @@ static int pow2_at_least(int n) {
     return p;
 }
 
-/* The kernels' variants: V = 0 the sort-everything draw (block_draw), 1 the faster one (fast_draw),
- * 2 and 3 its planted defects (sample_raw_kernel only). dr_cuda.sample picks (DRAMA_CUDA_SAMPLE). */
-enum { SV_OLD, SV_FAST, SV_SORT_DEFECT, SV_TOPK_DEFECT, SV_COUNT };
 
 /* One draw of the variant: the old or the faster device function on one block's shared memory. */
 template <int V> struct drawer {
@@ -382,7 +386,7 @@ template <int V> struct drawer {
     __device__ drawer(void *base, int n, int n2) {
         if (V == SV_OLD) S = smem_layout(base, n, n2);
         else F = fast_layout(base, n, n2);
-        ds.m = 0, ds.sorted = 0;
+        ds.m = 0, ds.sorted = 0, ds.listed = 0;
     }
     __device__ int draw(const float *logits, int n, int n2, const draw_spec &sp, double u, int *err, int *arg) {
         if (V == SV_OLD) return block_draw(logits, n, n2, sp, u, S, err, arg);
@@ -517,13 +521,16 @@ sample_raw_kernel(const float *logits, int64_t ld, int n, int n2, draw_spec sp, 
 typedef void (*semantic_fn)(const dr_step_lane *, int, int, dr_step_io);
 typedef void (*acoustic_fn)(const dr_step_lane *, int, const float *, int, int, dr_step_io);
 typedef void (*raw_fn)(const float *, int64_t, int, int, draw_spec, const double *, int32_t *, dev_status *);
-static const semantic_fn semantic_k[2] = {sample_semantic_kernel<SV_OLD>, sample_semantic_kernel<SV_FAST>};
-static const acoustic_fn acoustic_k[2] = {sample_acoustic_kernel<SV_OLD>, sample_acoustic_kernel<SV_FAST>};
+static const semantic_fn semantic_k[3] = {sample_semantic_kernel<SV_OLD>, sample_semantic_kernel<SV_FAST>,
+                                          sample_semantic_kernel<SV_NOLIST>};
+static const acoustic_fn acoustic_k[3] = {sample_acoustic_kernel<SV_OLD>, sample_acoustic_kernel<SV_FAST>,
+                                          sample_acoustic_kernel<SV_NOLIST>};
 static const raw_fn raw_k[SV_COUNT] = {sample_raw_kernel<SV_OLD>, sample_raw_kernel<SV_FAST>,
-                                       sample_raw_kernel<SV_SORT_DEFECT>, sample_raw_kernel<SV_TOPK_DEFECT>};
-static int attr_semantic[2], attr_acoustic[2], attr_raw[SV_COUNT];
-/* the frame step's kernels: the faster draw unless DRAMA_CUDA_SAMPLE=0 (the controls are the raw entry's) */
-static int lane_variant(const dr_cuda *c) { return c->sample == SV_OLD ? SV_OLD : SV_FAST; }
+                                       sample_raw_kernel<SV_SORT_DEFECT>, sample_raw_kernel<SV_TOPK_DEFECT>,
+                                       sample_raw_kernel<SV_NOLIST>};
+static int attr_semantic[3], attr_acoustic[3], attr_raw[SV_COUNT];
+/* the frame step's kernels (slot 0 old, 1 fast, 2 fast without the list; the controls are the raw entry's) */
+static int lane_variant(const dr_cuda *c) { return c->sample == SV_OLD ? 0 : c->sample == SV_NOLIST ? 2 : 1; }
 
 extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand,
                                                 dr_step_io io, drama_error *err) {
@@ -532,7 +539,7 @@ extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *
     const int v = lane_variant(c);
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)semantic_k[v], &attr_semantic[v], n_cand, v, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)semantic_k[v], &attr_semantic[v], n_cand, v ? SV_FAST : SV_OLD, &n2, &shm, err);
     if (s) return s;
     dr_launch(c->pdl, semantic_k[v], (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, n_cand, n2, io);
     return dr_cuda_check(cudaGetLastError(), "semantic sampler launch", err);
@@ -546,7 +553,7 @@ extern "C" drama_status dr_cuda_sample_acoustic(dr_cuda *c, const dr_step_lane *
     const int v = lane_variant(c);
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)acoustic_k[v], &attr_acoustic[v], hv, v, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)acoustic_k[v], &attr_acoustic[v], hv, v ? SV_FAST : SV_OLD, &n2, &shm, err);
     if (s) return s;
     dr_launch(c->pdl, acoustic_k[v], (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, codebook, logits, hv, n2, io);
     return dr_cuda_check(cudaGetLastError(), "acoustic sampler launch", err);
@@ -608,11 +615,14 @@ extern "C" drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_
 }
 
 drama_status dr_cuda_sample_init(drama_error *err) {
-    const void *fns[4 + SV_COUNT] = {(const void *)semantic_k[0], (const void *)semantic_k[1],
-                                     (const void *)acoustic_k[0], (const void *)acoustic_k[1]};
-    int *flags[4 + SV_COUNT] = {&attr_semantic[0], &attr_semantic[1], &attr_acoustic[0], &attr_acoustic[1]};
-    for (int v = 0; v < SV_COUNT; v++) fns[4 + v] = (const void *)raw_k[v], flags[4 + v] = &attr_raw[v];
-    for (int i = 0; i < 4 + SV_COUNT; i++) {
+    const void *fns[6 + SV_COUNT];
+    int *flags[6 + SV_COUNT];
+    for (int v = 0; v < 3; v++) {
+        fns[v] = (const void *)semantic_k[v], flags[v] = &attr_semantic[v];
+        fns[3 + v] = (const void *)acoustic_k[v], flags[3 + v] = &attr_acoustic[v];
+    }
+    for (int v = 0; v < SV_COUNT; v++) fns[6 + v] = (const void *)raw_k[v], flags[6 + v] = &attr_raw[v];
+    for (int i = 0; i < 6 + SV_COUNT; i++) {
         drama_status s = dr_cuda_smem_optin(fns[i], "sampler shared memory", err);
         if (s) return s;
         *flags[i] = 1;

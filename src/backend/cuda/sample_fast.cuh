@@ -5,6 +5,10 @@
 #define DRAMA_BACKEND_CUDA_SAMPLE_FAST_CUH
 
 #define TOP_CAP 1024 /* the top-k path holds at most this many keys (else the full sort runs) */
+#define GUESS_K 32    /* the nucleus list without top-k: one warp's sort */
+#ifndef SAMPLE_STAT
+#define SAMPLE_STAT(what) /* tests/host_emu counts the paths taken */
+#endif
 #define NO_INDEX 0x7FFFFFFF
 
 struct fast_smem {
@@ -14,12 +18,14 @@ struct fast_smem {
     double *zpart;            /* [32] each warp's part of the untempered total Z */
     int *hist;                /* [3][256] the radix select's digit counts, rotating */
     int *sel;                 /* [4] sel[3]: keys collected */
+    float *gm, *gs;           /* [32] each: a warp's largest logit and sum of __expf(l - that): the gate's estimate */
 };
 
 /* Which of the logits a block keeps: key build / the state of S.keys between the two semantic draws. */
 struct draw_state {
     int m;      /* valid candidates; 0: S.keys not built yet */
     int sorted; /* S.keys in rank order (plain layout) */
+    int listed; /* F.top[0..GUESS_K) holds the top GUESS_K keys in rank order and F.zpart Z (the nucleus list) */
 };
 
 /* The sorts' shared-memory layout: an XOR of the low 4 bits of a key's slot by bits 4..6, chosen so that
@@ -49,7 +55,7 @@ __device__ __forceinline__ void reg_stage(unsigned long long (&v)[8], int base, 
  * (one barrier) serves up to 3 stages: 1 + sum_{p=4..L} ceil(p / 3) trips, 33 at L = 13 (91 passes
  * before), 20 at L = 10 (55), plus one barrier before the plain final store. DEFECT: the last stage skipped (the contract's control). */
 template <int DEFECT>
-__device__ void window_sort(unsigned long long *a, int L) {
+__device__ __noinline__ void window_sort(unsigned long long *a, int L) {
     const int tid = threadIdx.x;
     const bool act = tid < (1 << (L - 3));
     unsigned long long v[8];
@@ -212,9 +218,11 @@ __device__ __forceinline__ int warp_min(int x) {
 /* Warp 0: the draw from the top-k list F.top[0..k) in rank order (k < m), with Z the untempered
  * total over all m candidates in F.zpart (when top_p < 1). The nucleus is decided as fast_top_p does
  * but only over the cuts that can bind (s < k: a later one leaves kept = k); the pick as fast_pick, or
- * lane 0's sequential walk as the CPU's (it needs only the kept prefix). Returns -1 when the nucleus
- * is open within the margin: the caller then sorts everything and runs draw_sorted. */
-__device__ int warp_top_draw(const float *logits, int m, int k, float x0, const draw_spec &sp, double u,
+ * lane 0's sequential walk as the CPU's (it needs only the kept prefix). bound = 0: no top-k binds
+ * (top_k 0 or >= k), the list is the nucleus guess and a cut beyond it is not decided here. Returns -1
+ * when the nucleus is open within the margin or not inside the list: the caller then sorts everything
+ * and runs draw_sorted. */
+__device__ int warp_top_draw(const float *logits, int m, int k, int bound, float x0, const draw_spec &sp, double u,
                              const fast_smem &F) {
     const sample_smem &S = F.S;
     const int lane = threadIdx.x & 31;
@@ -229,7 +237,9 @@ __device__ int warp_top_draw(const float *logits, int m, int k, float x0, const 
         __syncwarp();
         warp_scan(S.q, k, S.qz);
         const double top_p = (double)sp.top_p;
-        const int keep = sp.keep_crossing, lo = keep ? 0 : 1, hi = keep ? k - 2 : k - 1;
+        /* bound (top_k = k): cuts past hi leave kept = k; else (the nucleus list, k < m) the cut must
+         * fall inside the list: kept = s + 1 <= k (keep) or s <= k - 1 (drop, P_k is not listed) */
+        const int keep = sp.keep_crossing, lo = keep ? 0 : 1, hi = keep && bound ? k - 2 : k - 1;
         int t = NO_INDEX, nf = NO_INDEX;
         for (int s2 = lo + lane; s2 <= hi; s2 += 32) { /* fast_top_p's decide */
             const double E = S.qz[s2] / Z, B = 2 * sum_margin(m + s2, E);
@@ -241,7 +251,7 @@ __device__ int warp_top_draw(const float *logits, int m, int k, float x0, const 
         if (nf != NO_INDEX) {
             if (nf != t) return -1;
             kept = keep ? t + 1 : t;
-        }
+        } else if (!bound) return -1; /* the nucleus reaches past the list */
     }
     for (int r = lane; r < kept; r += 32)
         S.q[r] = (double)dr_expf_det(fdiv(fsub(logits[key_index(F.top[r])], x0), sp.temperature));
@@ -277,8 +287,10 @@ __device__ int warp_top_draw(const float *logits, int m, int k, float x0, const 
 
 /* One draw over logits[0..n) (dr_sample) like block_draw, n2 >= 8: the key build (first call of a
  * block only: ds carries the keys to the redraw), then the top-k path when top_k < m (<= TOP_CAP),
- * else (or when its nucleus is open) the windowed full sort and draw_sorted. V: 1 the real draw, 2 a
- * sort that skips its last stage, 3 a top-k list with the k-th key replaced by the (k+1)-th. */
+ * or (no binding top-k, a nucleus the gate estimates small) the nucleus list of GUESS_K keys, else
+ * (or when the list's nucleus is open or longer) the windowed full sort and draw_sorted. V (sample.cu's
+ * SV_*): 1 the real draw, 2 a sort that skips its last stage, 3 a top-k list with the k-th key
+ * replaced by the (k+1)-th, 4 the real draw without the nucleus list. */
 template <int V>
 __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp, double u, const fast_smem &F,
                          draw_state &ds, int *err, int *arg) {
@@ -287,17 +299,21 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
     const bool fresh = ds.m == 0;
     const int k = sp.top_k, ks = V == 3 ? k + 1 : k; /* ks: the keys the list selects */
     const bool try_top = fresh && k > 0 && ks <= TOP_CAP && !sp.sequential && sp.temperature > 0.0f;
+    /* the nucleus list: no binding top-k, a nucleus; tried when the gate estimates it small */
+    const bool nucleus = (k == 0 || k > TOP_CAP) && sp.top_p < 1.0f && !sp.sequential && sp.temperature > 0.0f;
+    const bool want_guess = fresh && nucleus && V != SV_TOPK_DEFECT && V != SV_NOLIST;
     if (fresh) {
         if (tid == 0) {
             S.bad[0] = 0x7FFFFFFF; /* lowest index of a NaN or +inf */
             S.bad[1] = 0;          /* valid candidates */
             F.sel[3] = 0;
         }
-        if (try_top)
+        if (try_top || want_guess)
             for (int i = tid; i < 768; i += nt) F.hist[i] = 0;
         __syncthreads();
         int valid = 0;
         unsigned long long best = 0;
+        float lmax = -INFINITY, lsum = 0; /* the gate's estimate (want_guess): this warp's max, then sum */
 #pragma unroll
         for (int it = 0; it < 8; it++) {
             if (it >= iters) continue; /* uniform */
@@ -309,11 +325,12 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
                 else if (!isinf(l)) {
                     key = logit_key(l, i);
                     valid++;
+                    lmax = l > lmax ? l : lmax;
                 }
             }
             if (i < n2) S.keys[swz(i)] = key;
             best = key > best ? key : best;
-            if (try_top) { /* the radix select's round 0: the top byte */
+            if (try_top || want_guess) { /* the radix select's round 0: the top byte */
                 const unsigned d = key ? (unsigned)(key >> 56) : 0xFFFFFFFFu;
                 const unsigned peers = __match_any_sync(0xFFFFFFFFu, d);
                 if (key && lane == __ffs(peers) - 1) atomicAdd(&F.hist[d], __popc(peers));
@@ -326,6 +343,20 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
             best = o > best ? o : best;
         }
         if (lane == 0) F.maxk[w] = best;
+        if (want_guess) { /* an estimate only (it picks a path, both exact): fast expf, any order */
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                const float o = __shfl_xor_sync(0xFFFFFFFFu, lmax, off);
+                lmax = o > lmax ? o : lmax;
+            }
+            for (int i = tid; i < n; i += nt) {
+                const float l = logits[i];
+                if (!isinf(l) && !isnan(l)) lsum += __expf(l - lmax);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, off);
+            if (lane == 0) F.gm[w] = lmax, F.gs[w] = lsum;
+        }
         __syncthreads();
         if (S.bad[0] != 0x7FFFFFFF) {
             *arg = S.bad[0];
@@ -339,6 +370,7 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
         }
         ds.m = S.bad[1];
         ds.sorted = 0;
+        ds.listed = 0;
     }
     const int m = ds.m;
     unsigned long long maxkey = 0; /* the first maximum: rank 0 */
@@ -346,7 +378,26 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
     else
         for (int j = 0; j < nt / 32; j++) maxkey = F.maxk[j] > maxkey ? F.maxk[j] : maxkey;
     if (sp.temperature <= 0.0f) return key_index(maxkey);
-    if (try_top && k < m) {
+    bool guess = false;
+    if (want_guess && GUESS_K < m) { /* Z (in units of the largest weight) small enough for the list to hold the nucleus */
+        const float xf = logits[key_index(maxkey)];
+        float z = 0;
+        for (int j = 0; j < nt / 32; j++) z += F.gs[j] * __expf(F.gm[j] - xf); /* every thread the same */
+        guess = z * sp.top_p < 0.875f * GUESS_K;
+    }
+    if (!fresh && nucleus && ds.listed && !ds.sorted) { /* the redraw: the first draw's list and Z */
+        int r = 0;
+        if (tid < 32) {
+            r = warp_top_draw(logits, m, GUESS_K, 0, logits[key_index(maxkey)], sp, u, F);
+            if (lane == 0) *S.result = r;
+        }
+        __syncthreads();
+        r = *S.result; /* written again only past draw_sorted's barriers */
+        if (tid == 0) SAMPLE_STAT(r >= 0 ? "redraw from the list" : "redraw list fell back");
+        if (r >= 0) return r;
+    }
+    if ((try_top && k < m) || guess) {
+        const int kl = guess ? GUESS_K : k, kls = guess ? GUESS_K : ks; /* the list's draw size, its selection */
         const float x0 = logits[key_index(maxkey)]; /* draw_sorted's x0 */
         if (sp.top_p < 1.0f) { /* this thread's part of Z (any order: the margin holds for all) */
             double z = 0;
@@ -358,8 +409,8 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
             for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xFFFFFFFFu, z, off);
             if (lane == 0) F.zpart[w] = z; /* read after select_top's barriers */
         }
-        const int k2 = ks <= 32 ? 32 : 1 << (32 - __clz(ks - 1));
-        select_top(S.keys, n2, ks, k2, F);
+        const int k2 = kls <= 32 ? 32 : 1 << (32 - __clz(kls - 1));
+        select_top(S.keys, n2, kls, k2, F);
         if (k2 > 32) window_sort<V == 2>(F.top, 31 - __clz(k2));
         if (tid < 32) {
             if (k2 == 32) {
@@ -368,15 +419,18 @@ __device__ int fast_draw(const float *logits, int n, int n2, const draw_spec &sp
             }
             if (V == 3 && lane == 0) F.top[k - 1] = F.top[k];
             __syncwarp();
-            const int r = warp_top_draw(logits, m, k, x0, sp, u, F);
+            const int r = warp_top_draw(logits, m, kl, !guess, x0, sp, u, F);
             if (lane == 0) *S.result = r;
         }
+        ds.listed = guess;
         __syncthreads();
-        const int r = *S.result;
+        const int r = *S.result; /* written again only past draw_sorted's barriers */
+        if (tid == 0) SAMPLE_STAT(guess ? (r >= 0 ? "list drawn" : "list fell back") : (r >= 0 ? "top-k drawn" : "top-k fell back"));
         if (r >= 0) return r;
         /* the nucleus was open: the full path below, from the same (untouched) S.keys */
     }
     if (!ds.sorted) {
+        if (tid == 0) SAMPLE_STAT("full sort");
         window_sort<V == 2>(S.keys, 31 - __clz(n2));
         ds.sorted = 1;
     }
