@@ -27,8 +27,12 @@
  * order: the margin holds for any order of nonnegative terms (gamma_{terms-1}), so decided cuts are
  * the CPU's; an open one falls back to the full sort and the draw above, with nothing reused but
  * S.keys. The pick needs only the kept prefix: fast_pick's decision, else lane 0's walk in order, as
- * the CPU. (3) The redraw has the same logits, so the first draw's keys (and its sort) stay: the
- * key build, the checks and m are functions of the logits alone. */
+ * the CPU. (2b) With no binding top-k and a nucleus that a gate estimates small (the gate only picks
+ * a path), the same list of the top 32 keys: a cut decided at s < 32 with every earlier one decided
+ * false is the CPU's cut and kept <= 32 is inside the list; all cuts in the list decided false means
+ * the nucleus is longer: the full sort runs. (3) The redraw has the same logits, so the first
+ * draw's keys (and its sort, or its list and Z) stay: the key build, the checks, m, the order and Z
+ * (untempered) are functions of the logits alone. */
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
