@@ -377,6 +377,7 @@ int ct_cuda_kernels(ct_kernel *out, int max) {
     n += ct_cuda_pdl_kernels(out + n, max - n);
     n += ct_cuda_moe_persist_kernels(out + n, max - n);
     n += ct_cuda_moe_persist2_kernels(out + n, max - n);
+    n += ct_cuda_sample_kernels(out + n, max - n);
     return n;
 }
 
@@ -406,6 +407,7 @@ int ct_cuda_controls(ct_kernel *out, int max) {
     n += ct_cuda_pdl_controls(out + n, max - n);
     n += ct_cuda_moe_persist_controls(out + n, max - n);
     n += ct_cuda_moe_persist2_controls(out + n, max - n);
+    n += ct_cuda_sample_controls(out + n, max - n);
     return n;
 }
 

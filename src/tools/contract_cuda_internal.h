@@ -85,6 +85,9 @@ int ct_cuda_moe_persist_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c
 int ct_cuda_moe_persist_controls(ct_kernel *out, int max);
 int ct_cuda_moe_persist2_kernels(ct_kernel *out, int max); /* contract_cuda_moe.c: moe_persist2.cu */
 int ct_cuda_moe_persist2_controls(ct_kernel *out, int max);
+/* contract_cuda_sample.c: the faster draw (DRAMA_CUDA_SAMPLE) vs the CPU and the sort-all kernels */
+int ct_cuda_sample_kernels(ct_kernel *out, int max);
+int ct_cuda_sample_controls(ct_kernel *out, int max);
 /* the matmul.* entries' stated time limit for format f (contract_cuda.c) */
 double ct_cuda_matmul_limit_ms(int f);
 

@@ -27,7 +27,7 @@ for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 aff
 done
 # the frame step's kernels
 for k in rms_norm embed tower_input guidance attn_prep attention expf_det gdn_conv gdn_recur swiglu_matmul \
-         sample sample_frame moe.bf16 moe.fp8_block moe.fp8_tensor moe.nvfp4 moe.affine4 moe.affine8 moe.fused_fp8 \
+         sample sample_frame sample_fast moe.bf16 moe.fp8_block moe.fp8_tensor moe.nvfp4 moe.affine4 moe.affine8 moe.fused_fp8 \
          moe.pruned_nvfp4 codec.conv1d codec.conv_fused codec.conv_tanh; do
     grep -Eq "^PASS $k +cuda " "$out" || { echo "FAIL: cuda $k missing"; exit 1; }
 done

@@ -80,6 +80,10 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     /* DRAMA_CUDA_PDL=0: plain launches (default: programmatic dependent launch on sm_90+; pdl.cuh) */
     const char *pdl = getenv("DRAMA_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pdl && !strcmp(pdl, "0"));
+    /* DRAMA_CUDA_SAMPLE=0: the sampler that sorts every candidate, =nolist: the faster draw without the
+     * nucleus list (to compare; default the faster draw, sample.cu) */
+    const char *smp = getenv("DRAMA_CUDA_SAMPLE");
+    c->sample = smp && !strcmp(smp, "0") ? 0 : smp && !strcmp(smp, "nolist") ? 4 : 1;
     *out = c;
     return DRAMA_OK;
 }

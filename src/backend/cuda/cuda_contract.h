@@ -46,6 +46,13 @@ drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_error *err);
  * DRAMA_CUDA_PDL ("0": 0, else 1). dr_cuda_pdl tells the current setting. */
 drama_status dr_cuda_set_pdl(dr_cuda *c, int pdl, drama_error *err);
 int dr_cuda_pdl(const dr_cuda *c);
+/* The sampler kernels (sample.cu) from now on: 1 = the faster draw (top-k select, windowed sort,
+ * the redraw's keys reused; the default), 0 = the draw that sorts every candidate (the draws bit for
+ * bit the same); dr_cuda_open sets it from DRAMA_CUDA_SAMPLE ("0": 0, "nolist": 4, else 1). 2 / 3 = the faster
+ * draw with a planted defect, for dr_cuda_sample_raw only (the lane ops then run 1): 2 = every
+ * bitonic sort skips its last stage, 3 = the top-k list has its k-th key replaced by the (k+1)-th.
+ * 4 = the faster draw without the nucleus list (DRAMA_CUDA_SAMPLE=nolist; the draws the same). */
+drama_status dr_cuda_set_sample(dr_cuda *c, int v, drama_error *err);
 
 /* The PDL ordering check (matvec_defect.cu): a kernel that spins about spin_us microseconds, then
  * copies src[0, n) to dst (launched like every frame-step kernel, and letting its dependent start

@@ -20,6 +20,7 @@ struct dr_cuda {
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
     int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
     int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
+    int sample; /* sampler kernels: 1 the faster draw (default), 0 the sort-everything one (DRAMA_CUDA_SAMPLE=0), 4 nolist; 2, 3 controls */
 };
 
 struct dr_cuda_weight {

@@ -13,7 +13,26 @@
  * exact sum (Higham 4.2: gamma_k bounds any summation order of nonnegatives). A nucleus cut or a
  * pick whose comparison is decided with twice that margin to spare is the CPU's; when any
  * candidate before the decided one is within the margin (ties, a target on a boundary: about one
- * draw in 1e8 for ordinary logits), the sequential sums run as before. */
+ * draw in 1e8 for ordinary logits), the sequential sums run as before.
+ *
+ * The faster draw (sample_fast.cuh; the default, DRAMA_CUDA_SAMPLE=0 runs the one above) changes
+ * only what is sorted and where the sums are formed, never an operand or the order of a sequential
+ * sum: (1) the full sort is the same bitonic network with each thread's 8 keys in registers, 3 stages
+ * a shared-memory round trip (34 barriers at 8192 candidates instead of 91): keys are distinct, so
+ * any correct sort gives the one order. (2) With 0 < top_k < m (top_k <= 1024) only the top_k
+ * largest keys are needed: a radix select on the 64-bit key finds exactly them (a set: the same for
+ * any method), 32 of them are sorted by one warp's shuffles, more by (1). The nucleus cut can bind
+ * only at s < top_k (a later cut leaves kept = top_k), so fast_top_p's decision is taken there, on
+ * prefix sums of the same q_s over the sorted list, with Z the sum of the same m terms in another
+ * order: the margin holds for any order of nonnegative terms (gamma_{terms-1}), so decided cuts are
+ * the CPU's; an open one falls back to the full sort and the draw above, with nothing reused but
+ * S.keys. The pick needs only the kept prefix: fast_pick's decision, else lane 0's walk in order, as
+ * the CPU. (2b) With no binding top-k and a nucleus that a gate estimates small (the gate only picks
+ * a path), the same list of the top 32 keys: a cut decided at s < 32 with every earlier one decided
+ * false is the CPU's cut and kept <= 32 is inside the list; all cuts in the list decided false means
+ * the nucleus is longer: the full sort runs. (3) The redraw has the same logits, so the first
+ * draw's keys (and its sort, or its list and Z) stay: the key build, the checks, m, the order and Z
+ * (untempered) are functions of the logits alone. */
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dev_common.cuh"
@@ -166,77 +185,30 @@ __device__ int fast_pick(const sample_smem &S, int kept, double u) {
     return key_index(S.keys[r == kept ? kept - 1 : r]);
 }
 
-/* One draw over logits[0..n) (dr_sample). Returns the candidate, or -1 with *err / *arg set
- * (DR_CUDA_ERR_*). Called by every thread of the block; the result is valid in every thread. */
-__device__ int block_draw(const float *logits, int n, int n2, const draw_spec &sp, double u, const sample_smem &S,
-                          int *err, int *arg) {
+/* The old sort: bitonic, descending, one shared-memory pass and barrier per stage (91 at n2 = 8192) */
+__device__ void bitonic_sort_smem(unsigned long long *keys, int n2) {
     const int tid = threadIdx.x, nt = blockDim.x;
-    if (tid == 0) {
-        S.bad[0] = 0x7FFFFFFF; /* lowest index of a NaN or +inf */
-        S.bad[1] = 0;          /* valid candidates */
-    }
-    __syncthreads();
-    int valid = 0;
-    unsigned long long best = 0;
-    for (int i = tid; i < n2; i += nt) {
-        unsigned long long key = 0;
-        if (i < n) {
-            float l = logits[i];
-            if (isnan(l) || (isinf(l) && l > 0)) atomicMin(&S.bad[0], i);
-            else if (!isinf(l)) {
-                key = logit_key(l, i);
-                valid++;
-            }
-        }
-        S.keys[i] = key;
-        best = key > best ? key : best;
-    }
-    atomicAdd(&S.bad[1], valid);
-    __syncthreads();
-    if (S.bad[0] != 0x7FFFFFFF) {
-        *arg = S.bad[0];
-        *err = isnan(logits[S.bad[0]]) ? DR_CUDA_ERR_LOGIT_NAN : DR_CUDA_ERR_LOGIT_INF;
-        return -1;
-    }
-    const int m = S.bad[1];
-    if (m == 0) {
-        *err = DR_CUDA_ERR_EXCLUDED;
-        *arg = 0;
-        return -1;
-    }
-    if (sp.temperature <= 0.0f) { /* argmax: the largest key is the first maximum */
-        int lane = tid & 31, w = tid >> 5;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, best, off);
-            best = o > best ? o : best;
-        }
-        if (lane == 0) S.red[w] = best;
-        __syncthreads();
-        if (tid == 0) {
-            unsigned long long b = 0;
-            for (int k = 0; k < nt / 32; k++) b = S.red[k] > b ? S.red[k] : b;
-            *S.result = key_index(b);
-        }
-        __syncthreads();
-        return *S.result;
-    }
-    /* bitonic sort, descending */
     for (int k = 2; k <= n2; k <<= 1)
         for (int j = k >> 1; j > 0; j >>= 1) {
             for (int i = tid; i < n2; i += nt) {
                 int ixj = i ^ j;
                 if (ixj > i) {
-                    unsigned long long a = S.keys[i], b = S.keys[ixj];
+                    unsigned long long a = keys[i], b = keys[ixj];
                     bool desc = (i & k) == 0;
                     if (desc ? a < b : a > b) {
-                        S.keys[i] = b;
-                        S.keys[ixj] = a;
+                        keys[i] = b;
+                        keys[ixj] = a;
                     }
                 }
             }
             __syncthreads();
         }
+}
+
+/* The draw from S.keys[0..m) sorted (rank order), m valid candidates: nucleus, weights, the pick.
+ * Called by every thread of the block; the result is valid in every thread. */
+__device__ int draw_sorted(const float *logits, int m, const draw_spec &sp, double u, const sample_smem &S) {
+    const int tid = threadIdx.x, nt = blockDim.x;
     const float x0 = logits[key_index(S.keys[0])];
     int kept = m;
     if (sp.top_k > 0 && sp.top_k < kept) kept = sp.top_k;
@@ -307,6 +279,65 @@ __device__ int block_draw(const float *logits, int n, int n2, const draw_spec &s
     return *S.result;
 }
 
+/* One draw over logits[0..n) (dr_sample). Returns the candidate, or -1 with *err / *arg set
+ * (DR_CUDA_ERR_*). Called by every thread of the block; the result is valid in every thread. */
+__device__ int block_draw(const float *logits, int n, int n2, const draw_spec &sp, double u, const sample_smem &S,
+                          int *err, int *arg) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) {
+        S.bad[0] = 0x7FFFFFFF; /* lowest index of a NaN or +inf */
+        S.bad[1] = 0;          /* valid candidates */
+    }
+    __syncthreads();
+    int valid = 0;
+    unsigned long long best = 0;
+    for (int i = tid; i < n2; i += nt) {
+        unsigned long long key = 0;
+        if (i < n) {
+            float l = logits[i];
+            if (isnan(l) || (isinf(l) && l > 0)) atomicMin(&S.bad[0], i);
+            else if (!isinf(l)) {
+                key = logit_key(l, i);
+                valid++;
+            }
+        }
+        S.keys[i] = key;
+        best = key > best ? key : best;
+    }
+    atomicAdd(&S.bad[1], valid);
+    __syncthreads();
+    if (S.bad[0] != 0x7FFFFFFF) {
+        *arg = S.bad[0];
+        *err = isnan(logits[S.bad[0]]) ? DR_CUDA_ERR_LOGIT_NAN : DR_CUDA_ERR_LOGIT_INF;
+        return -1;
+    }
+    const int m = S.bad[1];
+    if (m == 0) {
+        *err = DR_CUDA_ERR_EXCLUDED;
+        *arg = 0;
+        return -1;
+    }
+    if (sp.temperature <= 0.0f) { /* argmax: the largest key is the first maximum */
+        int lane = tid & 31, w = tid >> 5;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, best, off);
+            best = o > best ? o : best;
+        }
+        if (lane == 0) S.red[w] = best;
+        __syncthreads();
+        if (tid == 0) {
+            unsigned long long b = 0;
+            for (int k = 0; k < nt / 32; k++) b = S.red[k] > b ? S.red[k] : b;
+            *S.result = key_index(b);
+        }
+        __syncthreads();
+        return *S.result;
+    }
+    bitonic_sort_smem(S.keys, n2);
+    return draw_sorted(logits, m, sp, u, S);
+}
+
 __device__ sample_smem smem_layout(void *base, int n, int n2) {
     sample_smem S;
     uint8_t *p = (uint8_t *)base;
@@ -321,21 +352,59 @@ __device__ sample_smem smem_layout(void *base, int n, int n2) {
     return S;
 }
 
-static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 8 * sizeof(int); }
+__host__ __device__ static size_t smem_bytes(int n, int n2) { return (size_t)n2 * 8 + (size_t)2 * n * 8 + 8 + 32 * 8 + 8 * sizeof(int); }
+
+/* The kernels' variants: V = 0 the sort-everything draw (block_draw), 1 the faster one (fast_draw),
+ * 2 and 3 its planted defects (sample_raw_kernel only), 4 the faster one without the nucleus list.
+ * dr_cuda.sample picks (DRAMA_CUDA_SAMPLE). */
+enum { SV_OLD, SV_FAST, SV_SORT_DEFECT, SV_TOPK_DEFECT, SV_NOLIST, SV_COUNT };
+
+#include "backend/cuda/sample_fast.cuh"
+
+__device__ fast_smem fast_layout(void *base, int n, int n2) {
+    fast_smem F;
+    F.S = smem_layout(base, n, n2);
+    F.top = (unsigned long long *)((uint8_t *)base + smem_bytes(n, n2));
+    F.maxk = F.top + TOP_CAP;
+    F.zpart = (double *)(F.maxk + 32);
+    F.hist = (int *)(F.zpart + 32);
+    F.sel = F.hist + 768;
+    F.gm = (float *)(F.sel + 4);
+    F.gs = F.gm + 32;
+    return F;
+}
+static size_t fast_smem_bytes(int n, int n2) { return smem_bytes(n, n2) + (size_t)TOP_CAP * 8 + 64 * 8 + 772 * 4 + 64 * 4; }
+
 static int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
     return p;
 }
 
-static int attr_semantic, attr_acoustic, attr_raw;
 
-/* Geometry of a draw over n candidates; the kernel's opt-in to large shared memory is made once
- * per kernel (the first launch always happens outside a graph capture: the prefill draws first). */
-static drama_status launch_prep(const void *fn, int *attr_set, int n, int *n2, size_t *shm, drama_error *err) {
+/* One draw of the variant: the old or the faster device function on one block's shared memory. */
+template <int V> struct drawer {
+    sample_smem S;
+    fast_smem F;
+    draw_state ds;
+    __device__ drawer(void *base, int n, int n2) {
+        if (V == SV_OLD) S = smem_layout(base, n, n2);
+        else F = fast_layout(base, n, n2);
+        ds.m = 0, ds.sorted = 0, ds.listed = 0;
+    }
+    __device__ int draw(const float *logits, int n, int n2, const draw_spec &sp, double u, int *err, int *arg) {
+        if (V == SV_OLD) return block_draw(logits, n, n2, sp, u, S, err, arg);
+        return fast_draw<V>(logits, n, n2, sp, u, F, ds, err, arg);
+    }
+};
+
+/* Geometry of a draw over n candidates (the faster draw: n2 >= 8, its extra shared memory); the kernel's
+ * opt-in to large shared memory is made once per kernel (the first launch always happens outside a
+ * graph capture: the prefill draws first). */
+static drama_status launch_prep(const void *fn, int *attr_set, int n, int v, int *n2, size_t *shm, drama_error *err) {
     if (n < 1 || n > 8192) return dr_fail(err, DRAMA_EINVAL, "CUDA sampler: %d candidates (1 .. 8192)", n);
-    *n2 = pow2_at_least(n);
-    *shm = smem_bytes(n, *n2);
+    *n2 = pow2_at_least(v == SV_OLD || n >= 8 ? n : 8);
+    *shm = v == SV_OLD ? smem_bytes(n, *n2) : fast_smem_bytes(n, *n2);
     if (*shm > 48 * 1024 && !*attr_set) {
         drama_status s = dr_cuda_smem_optin(fn, "sampler shared memory", err);
         if (s) return s;
@@ -356,13 +425,14 @@ __device__ void draw_status(dr_op_status *st, int kind, int err, int arg, uint64
 
 /* ---- the semantic draw of every lane with the repetition-aware redraw (dr_cpu_op_sample_semantic,
  * dr_sample_semantic_st): f = g->draw (then g->draw + 1), the end token ends the lane, a frame's
- * code joins the redraw window ---- */
+ * code joins the redraw window. The faster draw's redraw reuses the first draw's keys (and sort). ---- */
+template <int V>
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
     extern __shared__ unsigned long long smem[];
     const int64_t i = blockIdx.x;
-    sample_smem S = smem_layout(smem, n, n2);
+    drawer<V> D(smem, n, n2);
     dr_gen_lane *g = lanes[i].g;
     const dr_sampler_params sp = g->sp;
     const uint64_t f = g->draw;
@@ -379,14 +449,14 @@ sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) 
     const float *lg = lanes[i].logits;
     draw_spec spec = {sp.temperature, sp.top_p, sp.semantic_top_k, 1, 0};
     int err = 0, arg = 0, kind = DR_DRAW_SEMANTIC;
-    int t = block_draw(lg, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 0), S, &err, &arg);
+    int t = D.draw(lg, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 0), &err, &arg);
     if (t >= 0 && sp.temperature > 0.0f && sp.ras_window > 0 && t != n - 1) {
         int len = g->window_len, first = len > sp.ras_window ? len - sp.ras_window : 0, rep = 0;
         for (int k = first; k < len; k++) rep |= g->window[k] == t;
         if (rep) { /* same logits, its own temperature and nucleus, no top-k, slot 1 */
             draw_spec ras = {sp.ras_temperature, sp.ras_top_p, 0, 1, 0};
             kind = DR_DRAW_REDRAW;
-            t = block_draw(lg, n, n2, ras, dr_philox_uniform(sp.seed, f * 16 + 1), S, &err, &arg);
+            t = D.draw(lg, n, n2, ras, dr_philox_uniform(sp.seed, f * 16 + 1), &err, &arg);
         }
     }
     if (threadIdx.x != 0) return;
@@ -406,19 +476,8 @@ sample_semantic_kernel(const dr_step_lane *lanes, int n, int n2, dr_step_io io) 
     g->window[g->window_len++] = t;
 }
 
-extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand,
-                                                dr_step_io io, drama_error *err) {
-    if (n <= 0) return DRAMA_OK;
-    if (!lanes || n_cand < 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_semantic: bad arguments");
-    int n2 = 0;
-    size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_semantic_kernel, &attr_semantic, n_cand, &n2, &shm, err);
-    if (s) return s;
-    dr_launch(c->pdl, sample_semantic_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, n_cand, n2, io);
-    return dr_cuda_check(cudaGetLastError(), "semantic sampler launch", err);
-}
-
 /* ---- the acoustic draw of codebook j for every live lane (dr_cpu_op_sample_acoustic) ---- */
+template <int V>
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *logits, int n, int n2, dr_step_io io) {
     pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
@@ -430,14 +489,14 @@ sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *log
         if (threadIdx.x == 0) *out = 0;
         return;
     }
-    sample_smem S = smem_layout(smem, n, n2);
+    drawer<V> D(smem, n, n2);
     const dr_gen_lane *g = lanes[i].g;
     const dr_sampler_params sp = g->sp;
     const uint64_t f = g->draw - 1;
     draw_spec spec = {sp.temperature, sp.top_p, sp.acoustic_top_k, 0, 0};
     int err = 0, arg = 0;
-    int t = block_draw(logits + i * n, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 1 + (uint64_t)codebook), S, &err,
-                       &arg);
+    int t = D.draw(logits + i * n, n, n2, spec, dr_philox_uniform(sp.seed, f * 16 + 1 + (uint64_t)codebook), &err,
+                   &arg);
     if (threadIdx.x != 0) return;
     if (t < 0) {
         draw_status(st, codebook, err, arg, f);
@@ -446,18 +505,68 @@ sample_acoustic_kernel(const dr_step_lane *lanes, int codebook, const float *log
     *out = t;
 }
 
+/* ---- one general draw per row (the contract's entry point) ---- */
+template <int V>
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_raw_kernel(const float *logits, int64_t ld, int n, int n2, draw_spec sp, const double *u, int32_t *out,
+                  dev_status *st) {
+    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
+    extern __shared__ unsigned long long smem[];
+    const int64_t i = blockIdx.x;
+    drawer<V> D(smem, n, n2);
+    int err = 0, arg = 0;
+    int t = D.draw(logits + i * ld, n, n2, sp, u[i], &err, &arg);
+    if (threadIdx.x != 0) return;
+    if (t < 0) dev_fail(st, err, arg, (int)i);
+    out[i] = t;
+}
+
+/* the kernels by variant, their shared-memory opt-in flags */
+typedef void (*semantic_fn)(const dr_step_lane *, int, int, dr_step_io);
+typedef void (*acoustic_fn)(const dr_step_lane *, int, const float *, int, int, dr_step_io);
+typedef void (*raw_fn)(const float *, int64_t, int, int, draw_spec, const double *, int32_t *, dev_status *);
+static const semantic_fn semantic_k[3] = {sample_semantic_kernel<SV_OLD>, sample_semantic_kernel<SV_FAST>,
+                                          sample_semantic_kernel<SV_NOLIST>};
+static const acoustic_fn acoustic_k[3] = {sample_acoustic_kernel<SV_OLD>, sample_acoustic_kernel<SV_FAST>,
+                                          sample_acoustic_kernel<SV_NOLIST>};
+static const raw_fn raw_k[SV_COUNT] = {sample_raw_kernel<SV_OLD>, sample_raw_kernel<SV_FAST>,
+                                       sample_raw_kernel<SV_SORT_DEFECT>, sample_raw_kernel<SV_TOPK_DEFECT>,
+                                       sample_raw_kernel<SV_NOLIST>};
+static int attr_semantic[3], attr_acoustic[3], attr_raw[SV_COUNT];
+/* the frame step's kernels (slot 0 old, 1 fast, 2 fast without the list; the controls are the raw entry's) */
+static int lane_variant(const dr_cuda *c) { return c->sample == SV_OLD ? 0 : c->sample == SV_NOLIST ? 2 : 1; }
+
+extern "C" drama_status dr_cuda_sample_semantic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int n_cand,
+                                                dr_step_io io, drama_error *err) {
+    if (n <= 0) return DRAMA_OK;
+    if (!lanes || n_cand < 2) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_semantic: bad arguments");
+    const int v = lane_variant(c);
+    int n2 = 0;
+    size_t shm = 0;
+    drama_status s = launch_prep((const void *)semantic_k[v], &attr_semantic[v], n_cand, v ? SV_FAST : SV_OLD, &n2, &shm, err);
+    if (s) return s;
+    dr_launch(c->pdl, semantic_k[v], (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, n_cand, n2, io);
+    return dr_cuda_check(cudaGetLastError(), "semantic sampler launch", err);
+}
+
 extern "C" drama_status dr_cuda_sample_acoustic(dr_cuda *c, const dr_step_lane *lanes, int64_t n, int codebook,
                                                 const float *logits, int hv, dr_step_io io, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!lanes || !logits || codebook < 1 || codebook > 14)
         return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_acoustic: bad arguments");
+    const int v = lane_variant(c);
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_acoustic_kernel, &attr_acoustic, hv, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)acoustic_k[v], &attr_acoustic[v], hv, v ? SV_FAST : SV_OLD, &n2, &shm, err);
     if (s) return s;
-    dr_launch(c->pdl, sample_acoustic_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, codebook, logits, hv,
-              n2, io);
+    dr_launch(c->pdl, acoustic_k[v], (unsigned)n, SAMPLE_THREADS, shm, c->stream, lanes, codebook, logits, hv, n2, io);
     return dr_cuda_check(cudaGetLastError(), "acoustic sampler launch", err);
+}
+
+extern "C" drama_status dr_cuda_set_sample(dr_cuda *c, int v, drama_error *err) {
+    if (!c || v < 0 || v >= SV_COUNT) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_sample: bad argument");
+    c->sample = v;
+    return DRAMA_OK;
 }
 
 /* ---- guidance over the lanes (dr_cpu_op_guidance) ---- */
@@ -479,33 +588,19 @@ extern "C" drama_status dr_cuda_lanes_guidance(dr_cuda *c, const dr_step_lane *l
     return dr_cuda_check(cudaGetLastError(), "guidance launch", err);
 }
 
-/* ---- one general draw per row (the contract's entry point) ---- */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-sample_raw_kernel(const float *logits, int64_t ld, int n, int n2, draw_spec sp, const double *u, int32_t *out,
-                  dev_status *st) {
-    pdl_enter(); /* pdl.cuh: everything below may read what the previous kernel wrote */
-    extern __shared__ unsigned long long smem[];
-    const int64_t i = blockIdx.x;
-    sample_smem S = smem_layout(smem, n, n2);
-    int err = 0, arg = 0;
-    int t = block_draw(logits + i * ld, n, n2, sp, u[i], S, &err, &arg);
-    if (threadIdx.x != 0) return;
-    if (t < 0) dev_fail(st, err, arg, (int)i);
-    out[i] = t;
-}
-
 extern "C" drama_status dr_cuda_sample_raw(dr_cuda *c, const float *logits, int64_t ld, int n_cand, int64_t n,
                                            float temperature, float top_p, int top_k, int rule, const double *u,
                                            int32_t *out, dr_cuda_status *st, drama_error *err) {
     if (n <= 0) return DRAMA_OK;
     if (!logits || !u || !out || ld < n_cand) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_sample_raw: bad arguments");
+    const int v = c->sample;
     int n2 = 0;
     size_t shm = 0;
-    drama_status s = launch_prep((const void *)sample_raw_kernel, &attr_raw, n_cand, &n2, &shm, err);
+    drama_status s = launch_prep((const void *)raw_k[v], &attr_raw[v], n_cand, v, &n2, &shm, err);
     if (s) return s;
     draw_spec sp = {temperature, top_p, top_k, (rule & 1) == 0, (rule & 2) != 0};
-    dr_launch(c->pdl, sample_raw_kernel, (unsigned)n, SAMPLE_THREADS, shm, c->stream, logits, ld, n_cand, n2, sp, u,
-              out, (dev_status *)st);
+    dr_launch(c->pdl, raw_k[v], (unsigned)n, SAMPLE_THREADS, shm, c->stream, logits, ld, n_cand, n2, sp, u, out,
+              (dev_status *)st);
     return dr_cuda_check(cudaGetLastError(), "sampler launch", err);
 }
 
@@ -524,10 +619,14 @@ extern "C" drama_status dr_cuda_expf_det_eval(dr_cuda *c, const float *x, int64_
 }
 
 drama_status dr_cuda_sample_init(drama_error *err) {
-    const void *fns[3] = {(const void *)sample_semantic_kernel, (const void *)sample_acoustic_kernel,
-                          (const void *)sample_raw_kernel};
-    int *flags[3] = {&attr_semantic, &attr_acoustic, &attr_raw};
-    for (int i = 0; i < 3; i++) {
+    const void *fns[6 + SV_COUNT];
+    int *flags[6 + SV_COUNT];
+    for (int v = 0; v < 3; v++) {
+        fns[v] = (const void *)semantic_k[v], flags[v] = &attr_semantic[v];
+        fns[3 + v] = (const void *)acoustic_k[v], flags[3 + v] = &attr_acoustic[v];
+    }
+    for (int v = 0; v < SV_COUNT; v++) fns[6 + v] = (const void *)raw_k[v], flags[6 + v] = &attr_raw[v];
+    for (int i = 0; i < 6 + SV_COUNT; i++) {
         drama_status s = dr_cuda_smem_optin(fns[i], "sampler shared memory", err);
         if (s) return s;
         *flags[i] = 1;
