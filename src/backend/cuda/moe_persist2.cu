@@ -1,7 +1,7 @@
-/* moe_persist2.cu - the MoE decode expert kernels, second persistent variant (issue 13), chosen by
- * DRAMA_CUDA_MOE_PERSIST=2 (dr_cuda_moe_set_persist(m, 2, ...)); 1 (the default) keeps
- * moe_persist.cuh's, 0 moe_decode.cuh's. Routing is moe_persist.cuh's moe_route_rank_kernel in
- * both. NOT YET RUN ON A GPU (docs/cuda.md "Persistent MoE decode, variant 2").
+/* moe_persist2.cu - the MoE decode expert kernels, second persistent variant (issue 13): the default
+ * (DRAMA_CUDA_MOE_PERSIST=2, dr_cuda_moe_set_persist(m, 2, ...)); 1 keeps moe_persist.cuh's, 0
+ * moe_decode.cuh's. Routing: the gate/up kernel's own (below), or moe_route.cuh's routing kernel
+ * first (DRAMA_CUDA_MOE_ROUTE=kernel). Run on the H200 (docs/cuda.md "Persistent MoE decode, variant 2").
  *
  * Why: on the H200 (notes of 2026-12-04) gate_up_persist_kernel streams ~20 MB in 30.9 us and
  * moe_down_persist_kernel ~10 MB in 23.7 us: 124 / 116 registers (2 blocks of 256 an SM), issue
