@@ -214,15 +214,9 @@ moe_route_kernel(const float *scores, int E, int k, int norm_topk, const int32_t
     __shared__ float chosen_p[MOE_MAX_TOPK + 1];
     const int64_t r = blockIdx.x;
     const float *s = scores + r * E;
-    /* pruned experts and non-finite scores are excluded before the softmax */
-    int elig = 0;
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? s[e] : -INFINITY;
-        probs[e] = v;
-        elig += v != -INFINITY;
-        mx = fmaxf(mx, v);
-    }
+    int elig;
+    float mx;
+    route_eligible(s, E, slot, probs, elig, mx);
     double ne = block_sum_d((double)elig, sh);
     mx = block_max_f(mx, shf);
     if (ne == 0.0) {

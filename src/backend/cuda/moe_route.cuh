@@ -44,6 +44,19 @@ __device__ __forceinline__ void route_softmax(float *probs, const float *s, cons
     __syncthreads();
 }
 
+/* probs[e] = the score of an eligible expert (kept, finite), -inf for the others: pruned experts and
+ * non-finite scores are excluded before the softmax; this thread's eligible count and max */
+__device__ __forceinline__ void route_eligible(const float *s, int E, const int32_t *slot, float *probs, int &elig,
+                                               float &mx) {
+    elig = 0, mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = (slot[e] >= 0 && isfinite(s[e])) ? s[e] : -INFINITY;
+        probs[e] = v;
+        elig += v != -INFINITY;
+        mx = fmaxf(mx, v);
+    }
+}
+
 /* a block's routing scratch (shared memory) */
 struct route_smem {
     double sh[32];
@@ -64,14 +77,9 @@ struct route_smem {
 __device__ __forceinline__ int route_rank_row(const float *s, int E, int k, const int32_t *slot, float *probs,
                                               route_smem &R) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int elig = 0;
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float v = (slot[e] >= 0 && isfinite(s[e])) ? s[e] : -INFINITY;
-        probs[e] = v;
-        elig += v != -INFINITY;
-        mx = fmaxf(mx, v);
-    }
+    int elig;
+    float mx;
+    route_eligible(s, E, slot, probs, elig, mx);
     if (threadIdx.x <= k) R.chosen[threadIdx.x] = -1, R.chosen_p[threadIdx.x] = 0.0f;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) elig += __shfl_xor_sync(0xFFFFFFFFu, elig, off);
