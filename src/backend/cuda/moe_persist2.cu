@@ -58,10 +58,6 @@ __device__ __forceinline__ int64_t p2_sbase(const mv_job &J, int64_t row) {
     return 0;
 }
 
-/* decode<FMT, false, 0>(J, row, ch * EPC, v, EPC, w) with sb = p2_sbase(J, row): the same scale
- * element (block ch * 16 / block_cols % scale_cols of row block sb; group ch * EPC / group), each
- * index in 32 bits, so the same w bit for bit. A chunk of a FP8 block row whose block_cols is not a
- * multiple of 16 takes decode() itself (the boundary inside the chunk). */
 /* The FP8 block scale of chunk ch of a row with scale base sb (decode()'s one-block branch, block_cols
  * a multiple of 16), else 0: loaded with the chunk's weights, so its round trip is not a second one
  * after them at dot time */
@@ -76,7 +72,11 @@ __device__ __forceinline__ float p2_scale(const mv_job &J, int64_t sb, int64_t c
     return 0.0f;
 }
 
-/* s: p2_scale<FMT>(J, sb, ch), loaded by the caller (used by the FP8 block branch only) */
+/* decode<FMT, false, 0>(J, row, ch * EPC, v, EPC, w) with sb = p2_sbase(J, row): the same scale
+ * element (block ch * 16 / block_cols % scale_cols of row block sb; group ch * EPC / group), each
+ * index in 32 bits, so the same w bit for bit. A chunk of a FP8 block row whose block_cols is not a
+ * multiple of 16 takes decode() itself (the boundary inside the chunk).
+ * s: p2_scale<FMT>(J, sb, ch), loaded by the caller (used by the FP8 block branch only). */
 template <int FMT>
 __device__ __forceinline__ void p2_decode(const mv_job &J, int64_t row, int64_t sb, int64_t ch, uint4 v,
                                           float (&w)[fmt_traits<FMT>::EPC], float s) {

@@ -82,6 +82,27 @@ __device__ __forceinline__ double seq_sum(const double *q, int n) {
     return z;
 }
 
+/* this thread's run of a scan: P[i] = q[b0] + ... + q[i] for i in [b0, b1), in order; returns its total */
+__device__ __forceinline__ double run_scan(const double *q, int b0, int b1, double *P) {
+    double loc = 0;
+    for (int i = b0; i < b1; i++) {
+        loc += q[i];
+        P[i] = loc;
+    }
+    return loc;
+}
+
+/* the sum of v over lanes 0 .. lane by shuffles (a tree of depth 5), in every lane */
+__device__ __forceinline__ double warp_incl_scan(double v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        double o = __shfl_up_sync(0xFFFFFFFFu, v, off);
+        if (lane >= off) v += o;
+    }
+    return v;
+}
+
 /* Inclusive prefix sums P[0..n) of q (nonnegative) by the whole block: each thread a run of
  * ceil(n / threads) <= 8 in order, then the runs' totals by warp shuffles and the warps' totals by
  * warp 0. Every P[i] is a sum of a tree of depth < SCAN_DEPTH. Returns the total (all threads). */
@@ -90,30 +111,12 @@ __device__ double block_scan(const double *q, int n, double *P, const sample_sme
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5;
     double *wsum = (double *)S.red;
     const int c = (n + nt - 1) / nt, b0 = tid * c, b1 = b0 + c < n ? b0 + c : n;
-    double loc = 0;
-    for (int i = b0; i < b1; i++) {
-        loc += q[i];
-        P[i] = loc;
-    }
-    double v = loc;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        double o = __shfl_up_sync(0xFFFFFFFFu, v, off);
-        if (lane >= off) v += o;
-    }
+    const double v = warp_incl_scan(run_scan(q, b0, b1, P));
     double excl = __shfl_up_sync(0xFFFFFFFFu, v, 1); /* a move, no rounding */
     if (lane == 0) excl = 0;
     if (lane == 31) wsum[w] = v;
     __syncthreads();
-    if (w == 0) {
-        double x = lane < nt / 32 ? wsum[lane] : 0.0;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            double o = __shfl_up_sync(0xFFFFFFFFu, x, off);
-            if (lane >= off) x += o;
-        }
-        wsum[lane] = x;
-    }
+    if (w == 0) wsum[lane] = warp_incl_scan(lane < nt / 32 ? wsum[lane] : 0.0);
     __syncthreads();
     const double off = w ? wsum[w - 1] + excl : excl;
     for (int i = b0; i < b1; i++) P[i] = off + P[i];

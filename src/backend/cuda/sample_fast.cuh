@@ -187,17 +187,7 @@ __device__ void select_top(const unsigned long long *keys, int n2, int k, int k2
  * shuffles); returns the total in every lane. Warp 0 only. */
 __device__ double warp_scan(const double *q, int n, double *P) {
     const int lane = threadIdx.x & 31, c = (n + 31) >> 5, b0 = lane * c, b1 = b0 + c < n ? b0 + c : n;
-    double loc = 0;
-    for (int i = b0; i < b1; i++) {
-        loc += q[i];
-        P[i] = loc;
-    }
-    double v = loc;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        const double o = __shfl_up_sync(0xFFFFFFFFu, v, off);
-        if (lane >= off) v += o;
-    }
+    const double v = warp_incl_scan(run_scan(q, b0, b1, P)); /* block_scan's first two steps */
     double excl = __shfl_up_sync(0xFFFFFFFFu, v, 1); /* a move, no rounding */
     if (lane == 0) excl = 0;
     for (int i = b0; i < b1; i++) P[i] = excl + P[i];
