@@ -124,7 +124,8 @@ static double choose(const ev *sc, const int *slot, int *ids, int tk) {
 /* wb > 0: the grouped path's walk kernels on at most wb blocks (every warp walks many tiles: the x
  * kept across items and the loads issued across tiles); lean: bit 0 the lean down kernel, bit 1 the
  * plain layout (XT=0), bit 2 (with pb >= 0) moe_persist2.cu's expert kernels instead of
- * moe_persist.cuh's; pb < 0: routing and decode
+ * moe_persist.cuh's (with it, bit 3 the down kernel's act from L2, bit 4 the routing kernel first,
+ * bit 5 the gate/up kernel's L2 prefetch of the chosen experts); pb < 0: routing and decode
  * kernels as before (DRAMA_CUDA_MOE_PERSIST=0), pb >= 0: moe_persist.cuh's (pb > 0: at most pb blocks
  * per row, so every warp walks many items), then also the old kernels on the same inputs, bit for bit */
 static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, int vi, int n, int norm, int positive,
@@ -246,6 +247,7 @@ static void moe_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     if (dm && k->control == CT_CUDA_MOE_P2_ROUTE_NEXT) dr_cuda_moe_plant_defect(dm, 11);
     if (dm) dr_cuda_moe_set_down_stage(dm, !(lean & 8)); /* lean & 8: the second persistent down kernel reads act from L2 */
     if (dm) dr_cuda_moe_set_route_in_gu(dm, !(lean & 16)); /* lean & 16: the routing kernel before the second persistent ones */
+    if (dm) dr_cuda_moe_set_l2pf(dm, (lean & 32) != 0); /* lean & 32: the gate/up kernel's L2 prefetch of the chosen experts */
     float *dx = cu_put(t, x, (size_t)(n * H) * 4), *dy = cu_put(t, res0, (size_t)(n * H) * 4);
     float *dyg = cu_put(t, res0, (size_t)(n * H) * 4);
     if (dm) dr_cuda_moe_set_group_min(dm, 1); /* the larger workspace: the grouped path's */
@@ -424,6 +426,8 @@ static void persist_cases(const ct_kernel *k, ct_ctx *ctx, ct_result *res, int p
         moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 9 | p2, 1, HMAX, 0);
         moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 11 | p2, 1, H0, 0);
         moe_case(k, &t, res, &s, vi, 2, 1, 0, 8, 17 | p2, 0, HMAX, 0); /* the routing kernel first (DRAMA_CUDA_MOE_ROUTE=kernel) */
+        moe_case(k, &t, res, &s, vi, 1, 1, 0, 8, 33 | p2, 1, HMAX, 0); /* the L2 prefetch (DRAMA_CUDA_MOE_L2PF=1) */
+        moe_case(k, &t, res, &s, vi, 3, 1, 0, 5, 49 | p2, 0, H0, 0);   /* the prefetch with the routing kernel first */
     }
     cu_close(&t);
 }

@@ -12,6 +12,8 @@
  * batches of loads a row for 16- and 32-bit weights, the last batch holding chunks for only some lanes:
  * 270 and 540 chunks), makes the persistent warps prefetch across rows; its
  * control (`matmul_walk.fp8_block`, default modes) loads each warp's next row from the row after it.
+ * `matmul_l2pf.<fmt>`: the same cases with the L2 prefetch before the wait (DRAMA_CUDA_MV1_L2PF); it
+ * holds no value, so it has no control of its own: the cases check it changes no bit and faults nowhere.
  * docs/contract.md "CUDA entries". */
 #include "tools/contract_cuda_internal.h"
 
@@ -28,9 +30,12 @@
 
 /* mode: the staging of x (dr_cuda_set_xt) and the rows per warp (dr_cuda_set_mv1_one_row); 0 = the
  * defaults; 2 and 4 are the controls' names */
-#define NMODE 5
-static const char *const mode_name[NMODE] = {"", "xt0", "xt", "row1", "walk"};
-static const int mode_xt[NMODE] = {1, 0, 1, 1, 1}, mode_one_row[NMODE] = {0, 0, 0, 1, 0};
+#define NMODE 6
+static const char *const mode_name[NMODE] = {"", "xt0", "xt", "row1", "walk", "l2pf"};
+static const int mode_xt[NMODE] = {1, 0, 1, 1, 1, 1}, mode_one_row[NMODE] = {0, 0, 0, 1, 0, 0};
+/* mode 5 ("l2pf"): DRAMA_CUDA_MV1_L2PF=4, the first 4 MiB of a launch's rows prefetched into L2 (the
+ * small fixtures whole, the walk's 39 MB in part): a prefetch changes no value, so bit for bit mode 0 */
+static const int64_t mode_l2pf[NMODE] = {0, 0, 0, 0, 0, (int64_t)4 << 20};
 static char names[NMODE][CT_F_COUNT][40];
 
 static void make_names(void) {
@@ -43,6 +48,7 @@ static int mode_of(const ct_kernel *k) { return (k->variant >> 8) & 7; }
 
 static drama_status set_mode(cu_t *t, int mode) {
     drama_status st = dr_cuda_set_xt(t->c, mode_xt[mode], &t->err);
+    if (!st) st = dr_cuda_set_mv1_l2pf(t->c, mode_l2pf[mode], &t->err);
     return st ? st : dr_cuda_set_mv1_one_row(t->c, mode_one_row[mode], &t->err);
 }
 
@@ -265,12 +271,12 @@ static double time_kernel(const ct_kernel *k, ct_ctx *ctx) {
 }
 
 static const char *k_precision =
-    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), x staged transposed or plain, persistent warps or one row each; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
+    "matvec1's arithmetic (chunk order per lane, fmaf chains, xor tree), x staged transposed or plain, persistent warps or one row each, with or without the L2 prefetch; tol = (K+8) u sum|x||w|, and bit for bit the default n = 1 kernel's; NaN/Inf propagate";
 
 int ct_cuda_xt_kernels(ct_kernel *out, int max) {
     int n = 0;
     make_names();
-    for (int mode = 1; mode <= 3; mode += 2) /* 1 ("xt0"), 3 ("row1"); 2 and 4 are the controls' */
+    for (int mode = 1; mode <= 5; mode += 2) /* 1 ("xt0"), 3 ("row1"), 5 ("l2pf"); 2 and 4 are the controls' */
         for (int f = 0; f < CT_F_COUNT && n < max; f++, n++)
             out[n] = (ct_kernel){.name = names[mode][f], .backend = "cuda", .precision = k_precision, .check = check,
                                  .time = time_kernel, .time_shape = "[2048,2048] n=1 (CUDA events)",

@@ -34,6 +34,7 @@ done
 # the switchable variants (DRAMA_CUDA_XT=0: x staged plain; DRAMA_CUDA_MOE_DOWN; DRAMA_CUDA_MOE_PERSIST)
 for k in f32 f16 bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 affine4_g32 affine4_g128 affine8_g128; do
     grep -Eq "^PASS matmul_xt0\.$k +cuda " "$out" || { echo "FAIL: cuda matmul_xt0.$k missing"; exit 1; }
+    grep -Eq "^PASS matmul_l2pf\.$k +cuda " "$out" || { echo "FAIL: cuda matmul_l2pf.$k missing"; exit 1; }
 done
 for k in bf16 fp8_block fp8_tensor nvfp4 affine4 affine8 fused_fp8 pruned_nvfp4; do
     grep -Eq "^PASS moe_lean\.$k +cuda " "$out" || { echo "FAIL: cuda moe_lean.$k missing"; exit 1; }

@@ -77,6 +77,11 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
     /* DRAMA_CUDA_MV1_PERSIST=0: the n = 1 kernel with one row per warp (to compare; default persistent) */
     const char *pw = getenv("DRAMA_CUDA_MV1_PERSIST");
     c->mv1_one_row = pw && !strcmp(pw, "0");
+    /* DRAMA_CUDA_MV1_L2PF=MiB (opt-in until measured on a GPU): the n = 1 kernel's blocks prefetch their part
+     * of the first MiB of a launch's weight rows into L2 before they wait on the previous kernel */
+    const char *pf = getenv("DRAMA_CUDA_MV1_L2PF");
+    c->mv1_l2pf = pf ? (int64_t)atoi(pf) * ((int64_t)1 << 20) : 0;
+    if (c->mv1_l2pf < 0) c->mv1_l2pf = 0;
     /* DRAMA_CUDA_PDL=0: plain launches (default: programmatic dependent launch on sm_90+; pdl.cuh) */
     const char *pdl = getenv("DRAMA_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pdl && !strcmp(pdl, "0"));
@@ -91,6 +96,12 @@ extern "C" drama_status dr_cuda_open(int device, dr_cuda **out, drama_error *err
 extern "C" drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err) {
     if (!c || xt < 0 || xt > 1) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_xt: bad argument");
     c->xt = xt;
+    return DRAMA_OK;
+}
+
+extern "C" drama_status dr_cuda_set_mv1_l2pf(dr_cuda *c, int64_t bytes, drama_error *err) {
+    if (!c || bytes < 0) return dr_fail(err, DRAMA_EINVAL, "dr_cuda_set_mv1_l2pf: bad argument");
+    c->mv1_l2pf = bytes;
     return DRAMA_OK;
 }
 
@@ -393,6 +404,7 @@ static drama_status flush(dr_cuda *c, int fmt, int defect, mv_batch *b, drama_er
     b->xt = c->xt;
     b->one_row = c->mv1_one_row;
     b->pdl = c->pdl;
+    b->l2pf = c->mv1_l2pf;
     if (b->max_rows > 0 && b->max_n > 0) e = launch(c, fmt, defect, b);
     b->count = 0;
     b->max_rows = b->max_n = 0;

@@ -41,6 +41,8 @@ drama_status dr_cuda_set_xt(dr_cuda *c, int xt, drama_error *err);
 /* The n = 1 kernel's rows per warp from now on: 0 = persistent warps walking rows (the default), 1 =
  * one row per warp (y bit for bit the same). dr_cuda_open sets it from DRAMA_CUDA_MV1_PERSIST ("0": 1). */
 drama_status dr_cuda_set_mv1_one_row(dr_cuda *c, int one_row, drama_error *err);
+/* the n = 1 kernel's L2 prefetch of the first `bytes` of a launch's weight rows before its wait (0: off, the default) */
+drama_status dr_cuda_set_mv1_l2pf(dr_cuda *c, int64_t bytes, drama_error *err);
 /* Whether the kernels are launched from now on with programmatic dependent launch (pdl.cuh):
  * 1 = on (the default on sm_90+; ignored below), 0 = plain launches. dr_cuda_open sets it from
  * DRAMA_CUDA_PDL ("0": 0, else 1). dr_cuda_pdl tells the current setting. */
@@ -106,6 +108,8 @@ void dr_cuda_moe_set_down(struct dr_cuda_moe *m, int lean);
 void dr_cuda_moe_set_persist(struct dr_cuda_moe *m, int on, int max_blocks);
 /* moe_persist2.cu's down kernel: a row's act rows staged in shared memory (1, the default) or read from L2 (0) */
 void dr_cuda_moe_set_down_stage(struct dr_cuda_moe *m, int on);
+/* with those kernels: the gate/up kernel prefetches the chosen experts into L2 (1, DRAMA_CUDA_MOE_L2PF=1) or not (0, the default) */
+void dr_cuda_moe_set_l2pf(struct dr_cuda_moe *m, int on);
 /* with those kernels: the gate/up kernel routes its row (1, the default) or the routing kernel runs first (0) */
 void dr_cuda_moe_set_route_in_gu(struct dr_cuda_moe *m, int on);
 

@@ -20,6 +20,7 @@ struct dr_cuda {
     int xt;  /* the n = 1 kernels' staging of x: 1 chunk-transposed (default), 0 plain (DRAMA_CUDA_XT) */
     int mv1_one_row; /* the n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0, default) */
     int pdl; /* 1: kernels launched with programmatic dependent launch (default), 0 plain (DRAMA_CUDA_PDL; pdl.cuh) */
+    int64_t mv1_l2pf; /* > 0 (DRAMA_CUDA_MV1_L2PF=MiB, opt-in): the n = 1 kernel prefetches the first that many bytes of a launch's weights into L2 before its wait */
     int sample; /* sampler kernels: 1 the faster draw (default), 0 the sort-everything one (DRAMA_CUDA_SAMPLE=0), 4 nolist; 2, 3 controls */
 };
 
@@ -68,6 +69,7 @@ struct mv_batch {
     int xt;           /* n = 1 kernels: x staged chunk-transposed (1, DRAMA_CUDA_XT) or plain (0) */
     int one_row;      /* n = 1 kernel: one row per warp (1, DRAMA_CUDA_MV1_PERSIST=0) or persistent warps (0) */
     int pdl;          /* the context's pdl (pdl.cuh): launched with programmatic stream serialization */
+    int64_t l2pf;     /* n = 1 kernel: > 0, the first l2pf / count bytes of each job's rows prefetched into L2 before the wait (dr_cuda.mv1_l2pf) */
     int64_t max_rows; /* largest r1 - r0 over the jobs */
     int64_t max_n;
 };

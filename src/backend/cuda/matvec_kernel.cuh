@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_contract.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/pdl.cuh"
 
 #define WARPS_PER_BLOCK 4
@@ -391,6 +392,10 @@ __global__ void __launch_bounds__(MV1_MAX_WARPS * 32) matvec1_kernel(const __gri
     const int64_t nfull = J.cols / EPC, nch = (J.cols + EPC - 1) / EPC;
     uint4 va[MV1_UNROLL], vb[MV1_UNROLL];
     if (live) mv1_load(J.data + row * J.pitch, lane, nch, va);
+    if (b.l2pf > 0 && threadIdx.x == 0) { /* this block's part of the job's first rows: constants, before the wait */
+        const int64_t bytes = (J.r1 - J.r0) * J.pitch, cap = b.l2pf / b.count;
+        l2_prefetch_part(J.data + J.r0 * J.pitch, bytes < cap ? bytes : cap, blockIdx.x, J.pblocks);
+    }
     if (DEFECT != DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* the first batch is in flight; x after */
     mv1_stage<EPC, XT>(J, xs);
     if (DEFECT == DR_CUDA_DEFECT_PDL_EARLY_X) pdl_wait(); /* planted: x read before the wait */

@@ -146,6 +146,9 @@ extern "C" drama_status dr_cuda_moe_create(dr_cuda *c, const dr_cuda_moe_desc *d
     /* default: with the second persistent kernels each gate/up block routes its row (no routing launch); kernel: the routing kernel */
     const char *ro = getenv("DRAMA_CUDA_MOE_ROUTE");
     m->route_in_gu = !(ro && !strcmp(ro, "kernel"));
+    /* 1 (opt-in until measured on a GPU): the gate/up kernel prefetches the chosen experts' weights into L2 */
+    const char *pf = getenv("DRAMA_CUDA_MOE_L2PF");
+    m->l2pf = pf && !strcmp(pf, "1");
     m->shared.gate = dr_cuda_weight_view(d->sh_gate);
     m->shared.up = dr_cuda_weight_view(d->sh_up);
     m->shared.down = dr_cuda_weight_view(d->sh_down);
@@ -345,7 +348,8 @@ static drama_status moe_run(dr_cuda *c, const dr_cuda_moe *m, int64_t n, const f
     if (p2)
         return dr_cuda_check(moe_persist2_launch(c->stream, m->down_fmt, m->gu_fmt, n, m->topk, w.slots, w.wsel, w.sg,
                                                  m->experts, m->shared, m->I, m->Is, m->W, m->H, x, w.act, out, add,
-                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms(), m->down_stage, rt),
+                                                 m->defect, c->xt, m->persist_blocks, c->pdl, mp_sms(), m->down_stage, rt,
+                                                 m->l2pf),
                              "MoE persistent expert launches (2)", err);
     if (n <= MOE_DECODE_MAX_N && m->down_fmt >= 0 && m->H % 32 == 0 && m->I % 32 == 0 && m->Is % 32 == 0 &&
         m->persist && m->gu_fmt >= 0)
@@ -386,6 +390,10 @@ extern "C" void dr_cuda_moe_plant_defect(dr_cuda_moe *m, int defect) {
 
 extern "C" void dr_cuda_moe_set_down(dr_cuda_moe *m, int lean) {
     if (m) m->down_lean = lean != 0;
+}
+
+extern "C" void dr_cuda_moe_set_l2pf(dr_cuda_moe *m, int on) {
+    if (m) m->l2pf = on != 0;
 }
 
 extern "C" void dr_cuda_moe_set_down_stage(dr_cuda_moe *m, int on) {

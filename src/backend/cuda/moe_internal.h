@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/l2_prefetch.cuh"
 
 /* values per 16-byte chunk of a stored format (matvec_kernel.cuh's fmt_traits<F>::EPC, checked in
  * moe.cu), host and device: the one table the MoE kernels' run-time format code uses */
@@ -39,11 +40,36 @@ struct dr_cuda_moe {
     int persist_blocks;     /* > 0: at most that many blocks per row in moe_persist.cuh (the contract's long walks) */
     int down_stage;         /* 1 (default): the second persistent down kernel stages a row's act in shared memory; 0: DRAMA_CUDA_MOE_DOWN_STAGE=0 */
     int route_in_gu;        /* 1 (default): with those kernels the gate/up kernel routes its row (no routing launch); 0: DRAMA_CUDA_MOE_ROUTE=kernel */
+    int l2pf;               /* 1 (DRAMA_CUDA_MOE_L2PF=1, opt-in): the second persistent gate/up kernel prefetches the chosen experts into L2 */
 };
 
 enum { MOE_GROUP_WALK = 0, MOE_GROUP_OLD = 1, MOE_GROUP_STAGED = 2 };
 
 #define MOE_MAX_TOPK 15 /* dr_cuda_moe_create refuses more (moe.cu's down block has topk + 1 warps) */
+
+/* part `part` of `parts` of rows [r0, r0 + rows) of J into L2: the codes and, for FP8 blocks and the
+ * affine formats, the scales (and biases) that cover them (other formats' scales are left) */
+__device__ __forceinline__ void moe_l2pf_rows(const mv_job &J, int64_t r0, int64_t rows, int64_t part, int64_t parts) {
+    l2_prefetch_part(J.data + r0 * J.pitch, rows * J.pitch, part, parts);
+    if (!J.scales || part != 0) return;
+    const int64_t esz = J.scale_dt == MV_S_F32 ? 4 : 2;
+    if (J.fmt == MV_FP8_BLOCK && J.block_rows > 0) {
+        const int64_t b0 = r0 / J.block_rows, b1 = (r0 + rows + J.block_rows - 1) / J.block_rows;
+        l2_prefetch(J.scales + b0 * J.scale_cols * esz, (b1 - b0) * J.scale_cols * esz);
+    } else if (J.fmt == MV_AFF4 || J.fmt == MV_AFF8) {
+        l2_prefetch(J.scales + r0 * J.scale_cols * esz, rows * J.scale_cols * esz);
+        if (J.biases) l2_prefetch(J.biases + r0 * J.scale_cols * esz, rows * J.scale_cols * esz);
+    }
+}
+
+/* part `part` of `parts` of an expert's weights into L2: gate and up rows [0, rows) (up from
+ * up_row0) and the down weight's H rows; a hint, no value changes */
+__device__ __forceinline__ void moe_l2pf_expert(const moe_expert &e, int64_t rows, int64_t H, int64_t part,
+                                                int64_t parts) {
+    moe_l2pf_rows(e.gate, 0, rows, part, parts);
+    moe_l2pf_rows(e.up, e.up_row0, rows, part, parts);
+    moe_l2pf_rows(e.down, 0, H, part, parts);
+}
 
 /* a block's gate/up views of one row: q < k rank q (gate data NULL: no expert), q = k the shared expert */
 struct mp_gu_views {
@@ -134,11 +160,12 @@ struct p2_route {
 };
 
 /* moe_persist2.cu (DRAMA_CUDA_MOE_PERSIST=2): moe_persist.cuh's moe_persist_launch with the second
- * persistent expert kernels; sms: the device's SM count; rt: the routing, when not launched before */
+ * persistent expert kernels; sms: the device's SM count; rt: the routing, when not launched before;
+ * l2pf: the chosen experts prefetched into L2 by the gate/up kernel (dr_cuda_moe.l2pf) */
 cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt, int64_t n, int k, int32_t *slots,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
                                 float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
-                                int stage, const p2_route &rt);
+                                int stage, const p2_route &rt, int l2pf);
 
 #endif

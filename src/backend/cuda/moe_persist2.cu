@@ -162,6 +162,14 @@ __device__ __forceinline__ void p2_fma2(const float *x, int x_vec, int64_t ch, i
 
 /* ---- gate / up / SwiGLU ---- */
 
+/* DRAMA_CUDA_MOE_L2PF=1: as soon as a block knows a rank's expert it prefetches its part (of the row's
+ * blocks) of that expert's gate, up and down weights into L2, so the DRAM stream runs ahead of the
+ * walk's few loads in flight and the down kernel finds its weights in L2 (issue 13: both kernels ran
+ * at 0.4-0.8 TB/s, latency bound). A hint: no value changes. */
+__device__ __forceinline__ void p2_l2pf_rank(const moe_expert &e, int64_t I, int64_t H) {
+    moe_l2pf_expert(e, I, H, blockIdx.x, gridDim.x);
+}
+
 /* item t: t < Is the shared expert's output t (q = k), else rank (t - Is) / I, output (t - Is) % I */
 __device__ __forceinline__ void p2_gu_item(int t, int k, int I, int Is, int &q, int &r) {
     if (t < Is) q = k, r = t;
@@ -225,7 +233,7 @@ template <int GF, bool XT>
 __global__ void __launch_bounds__(P2_WARPS * 32, P2_MINB)
 gate_up_p2_kernel(int64_t n, int k, int32_t *slots, const moe_expert *experts, moe_expert shared, int I, int Is,
                   int64_t W, int64_t H, const float *x, float *act, int64_t xs_off, int defect, p2_route rt,
-                  int64_t probs_off) {
+                  int64_t probs_off, int l2pf) {
     pdl_trigger();
     extern __shared__ float4 gx4[];
     __shared__ mp_gu_views V;
@@ -246,6 +254,8 @@ gate_up_p2_kernel(int64_t n, int k, int32_t *slots, const moe_expert *experts, m
         p2_gu_load(shared.gate.data + r * shared.gate.pitch, shared.up.data + (shared.up_row0 + r) * shared.up.pitch,
                    nchs, 0, lane, ga, ua);
     }
+    if (l2pf && threadIdx.x == 0) /* the shared expert (constants), for this and the down kernel: the row blocks share it */
+        moe_l2pf_expert(shared, Is, H, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
     pdl_wait(); /* everything below may read what the previous kernel wrote */
     const float *xq = XT ? xs + ((int)threadIdx.x < k ? 0 : xs_off) : xr;
     if (rt.scores) { /* the row's routing by this block (uniform: a kernel parameter), while the shared loads fly */
@@ -256,11 +266,14 @@ gate_up_p2_kernel(int64_t n, int k, int32_t *slots, const moe_expert *experts, m
         }
         if (threadIdx.x <= k) {
             const int qv = defect == 11 ? ((int)threadIdx.x + 1) % k : (int)threadIdx.x; /* 11: planted, the next rank's expert */
-            const int e = (int)threadIdx.x < k && ok ? R.chosen[qv] : -1;
-            mp_gu_view_fill_slot(V, threadIdx.x, e >= 0 ? rt.slot[e] : -1, k, experts, shared, xq);
+            const int e = (int)threadIdx.x < k && ok ? R.chosen[qv] : -1, s = e >= 0 ? rt.slot[e] : -1;
+            mp_gu_view_fill_slot(V, threadIdx.x, s, k, experts, shared, xq);
+            if (l2pf && s >= 0) p2_l2pf_rank(experts[s], I, H); /* rank q's expert, this block's part */
         }
     } else if (threadIdx.x <= k) { /* the views, once per block */
         mp_gu_view_fill(V, threadIdx.x, i, k, slots, experts, shared, xq);
+        const int s = (int)threadIdx.x < k ? slots[i * k + threadIdx.x] : -1;
+        if (l2pf && s >= 0) p2_l2pf_rank(experts[s], I, H);
     }
     __syncthreads();
     if (t < N) p2_gu_item(t, k, I, Is, q, r), sgb = p2_sbase(V.g[q], r), sub = p2_sbase(V.u[q], V.u0[q] + r);
@@ -486,7 +499,7 @@ template <int GF, bool XT>
 static cudaError_t p2_gate_up(cudaStream_t stream, int pdl, int sms, int64_t n, int k, int32_t *slots,
                               const moe_expert *experts, const moe_expert &shared, int64_t I, int64_t Is, int64_t W,
                               int64_t H, const float *x, float *act, int64_t xs_off, size_t smem, int defect,
-                              int max_blocks, const p2_route &rt) {
+                              int max_blocks, const p2_route &rt, int l2pf) {
     static int resident = 0, resident_rt = 0; /* per instantiation and smem size: per kernel */
     const int64_t probs_off = (int64_t)(smem / sizeof(float)); /* the routing's probabilities after the staged x */
     if (rt.scores) smem += (size_t)rt.E * sizeof(float);
@@ -494,7 +507,7 @@ static cudaError_t p2_gate_up(cudaStream_t stream, int pdl, int sms, int64_t n, 
                                      (int64_t)k * I + Is, max_blocks),
                  (unsigned)n);
     return dr_launch(pdl, gate_up_p2_kernel<GF, XT>, g, P2_WARPS * 32, smem, stream, n, k, slots, experts, shared,
-                     (int)I, (int)Is, W, H, x, act, xs_off, defect, rt, probs_off);
+                     (int)I, (int)Is, W, H, x, act, xs_off, defect, rt, probs_off, l2pf);
 }
 
 template <int DF, bool XT, bool ST>
@@ -542,7 +555,7 @@ cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt,
                                 const float *wsel, const float *sg, const moe_expert *experts,
                                 const moe_expert &shared, int64_t I, int64_t Is, int64_t W, int64_t H, const float *x,
                                 float *act, float *out, int add, int defect, int xt, int max_blocks, int pdl, int sms,
-                                int stage, const p2_route &rt) {
+                                int stage, const p2_route &rt, int l2pf) {
     static_assert(ROUTE_THREADS == P2_WARPS * 32, "the gate/up kernel routes with the routing kernel's block size");
     if (k > MOE_MAX_TOPK || k * I + Is >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
     const int64_t one = xt_floats<32>(H);
@@ -552,9 +565,9 @@ cudaError_t moe_persist2_launch(cudaStream_t stream, int routed_fmt, int gu_fmt,
     cudaError_t e = p2_fmt_host(gu_fmt, [&](auto F) {
         constexpr int GF = decltype(F)::value;
         return XT ? p2_gate_up<GF, true>(stream, pdl, sms, n, k, slots, experts, shared, I, Is, W, H, x, act, xs_off,
-                                         smem, defect, max_blocks, rt)
+                                         smem, defect, max_blocks, rt, l2pf)
                   : p2_gate_up<GF, false>(stream, pdl, sms, n, k, slots, experts, shared, I, Is, W, H, x, act, 0, 0,
-                                          defect, max_blocks, rt);
+                                          defect, max_blocks, rt, l2pf);
     });
     if (e != cudaSuccess) return e;
     return p2_fmt_host(routed_fmt, [&](auto F) {
