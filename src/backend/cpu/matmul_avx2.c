@@ -363,7 +363,7 @@ TGT static inline void pair_unorder(__m256 ev, __m256 od, __m256 *c0, __m256 *c1
  * of 32) without NaN codes and with |scale| < 2^7; returns 0 (nothing written) otherwise. */
 TGT int AVX2_NAME(fused_row)(const dr_weight *w, int64_t r, const float *x, float *y) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-    const int64_t ahead = PF_AHEAD_ROWS(w, r, 1);
+    const int64_t ahead = PF_STREAM_ROW(w, r);
     int64_t cols = w->cols, body = cols & ~(int64_t)31;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     float t;
