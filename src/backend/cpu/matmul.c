@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/prefetch.h"
 #include "base/alloc.h"
 #include "base/log.h"
 
@@ -42,6 +43,38 @@ static int cpu_level(void) {
         __atomic_store_n(&level, l, __ATOMIC_RELAXED);
     }
     return l;
+}
+
+/* 1 on AMD CPUs (cpuid leaf 0 vendor "AuthenticAMD") */
+static int cpu_is_amd(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    unsigned a, b, c, d;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+#else
+    return 0;
+#endif
+}
+
+/* prefetch.h's one-row-stream distance: PF_STREAM_AMD on AMD, 0 (the one-call-ahead rule)
+ * elsewhere; DRAMA_CPU_PF_STREAM=<bytes> sets it (0: the call rule everywhere). Decided once, as
+ * cpu_level; the value moves prefetches only, never results. */
+int64_t dr_cpu_pf_stream(void) {
+    static int64_t dist = -1;
+    int64_t v = __atomic_load_n(&dist, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = cpu_is_amd() ? PF_STREAM_AMD : 0;
+        const char *e = getenv("DRAMA_CPU_PF_STREAM");
+        if (e && *e) {
+            char *end;
+            long long b = strtoll(e, &end, 10);
+            if (*end || b < 0 || b > PF_SPAN_MAX)
+                dr_log(DR_LOG_WARN, "DRAMA_CPU_PF_STREAM=%s is not a byte count in [0, %d]; ignored", e, PF_SPAN_MAX);
+            else
+                v = b;
+        }
+        __atomic_store_n(&dist, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 static int path_level(dr_cpu_path p) {
