@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/prefetch.h"
 #include "num/formats.h"
 #include "num/weight.h"
 
@@ -236,6 +237,22 @@ static void test_fp8_block_scale_limits(void **state) {
     }
 }
 
+/* DRAMA_CPU_PF_STREAM: a byte count in [0, PF_SPAN_MAX], anything else the CPU's default */
+static void test_pf_stream_parse(void **state) {
+    (void)state;
+    assert_int_equal(dr_cpu_pf_stream_parse(NULL, 1024), 1024);
+    assert_int_equal(dr_cpu_pf_stream_parse("", 7), 7);
+    assert_int_equal(dr_cpu_pf_stream_parse("0", 1024), 0);
+    assert_int_equal(dr_cpu_pf_stream_parse("512", 0), 512);
+    assert_int_equal(dr_cpu_pf_stream_parse("16384", 0), PF_SPAN_MAX);
+    assert_int_equal(dr_cpu_pf_stream_parse("16385", 5), 5);
+    assert_int_equal(dr_cpu_pf_stream_parse("-64", 5), 5);
+    assert_int_equal(dr_cpu_pf_stream_parse("64x", 5), 5);
+    assert_int_equal(dr_cpu_pf_stream_parse("abc", 5), 5);
+    assert_int_equal(dr_cpu_pf_stream_parse("99999999999999999999", 5), 5);
+    assert_true(dr_cpu_pf_stream() >= 0); /* the process's choice, whatever the CPU */
+}
+
 int main(void) {
     if (!dr_cpu_path_supported(DR_CPU_AVX2)) /* the AVX2 requests then run the portable path */
         printf("no AVX2+FMA+F16C on this CPU: the fast paths are not exercised here\n");
@@ -245,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_affine_scale_dtypes),
         cmocka_unit_test(test_nvfp4_fallbacks),
         cmocka_unit_test(test_fp8_block_scale_limits),
+        cmocka_unit_test(test_pf_stream_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

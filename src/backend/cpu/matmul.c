@@ -8,6 +8,7 @@
 #include <cpuid.h>
 #endif
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -58,20 +59,23 @@ static int cpu_is_amd(void) {
 /* prefetch.h's one-row-stream distance: PF_STREAM_AMD on AMD, 0 (the one-call-ahead rule)
  * elsewhere; DRAMA_CPU_PF_STREAM=<bytes> sets it (0: the call rule everywhere). Decided once, as
  * cpu_level; the value moves prefetches only, never results. */
+int64_t dr_cpu_pf_stream_parse(const char *e, int64_t dflt) {
+    if (!e || !*e) return dflt;
+    char *end;
+    errno = 0;
+    long long b = strtoll(e, &end, 10);
+    if (*end || errno || b < 0 || b > PF_SPAN_MAX) {
+        dr_log(DR_LOG_WARN, "DRAMA_CPU_PF_STREAM=%s is not a byte count in [0, %d]; ignored", e, PF_SPAN_MAX);
+        return dflt;
+    }
+    return b;
+}
+
 int64_t dr_cpu_pf_stream(void) {
     static int64_t dist = -1;
     int64_t v = __atomic_load_n(&dist, __ATOMIC_RELAXED);
     if (v < 0) {
-        v = cpu_is_amd() ? PF_STREAM_AMD : 0;
-        const char *e = getenv("DRAMA_CPU_PF_STREAM");
-        if (e && *e) {
-            char *end;
-            long long b = strtoll(e, &end, 10);
-            if (*end || b < 0 || b > PF_SPAN_MAX)
-                dr_log(DR_LOG_WARN, "DRAMA_CPU_PF_STREAM=%s is not a byte count in [0, %d]; ignored", e, PF_SPAN_MAX);
-            else
-                v = b;
-        }
+        v = dr_cpu_pf_stream_parse(getenv("DRAMA_CPU_PF_STREAM"), cpu_is_amd() ? PF_STREAM_AMD : 0);
         __atomic_store_n(&dist, v, __ATOMIC_RELAXED);
     }
     return v;

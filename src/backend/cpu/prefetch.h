@@ -40,6 +40,9 @@ static inline int64_t pf_ahead(int64_t span, int64_t end, int64_t total) {
  * where a prefetch a page or more ahead of a single stream costs a quarter of the bandwidth), else
  * the one-call-ahead rule of pf_ahead (tuned on Intel). */
 int64_t dr_cpu_pf_stream(void);
+/* DRAMA_CPU_PF_STREAM's value: a byte count in [0, PF_SPAN_MAX], else (unset, empty, not a number,
+ * out of range: warned) dflt */
+int64_t dr_cpu_pf_stream_parse(const char *env, int64_t dflt);
 static inline int64_t pf_ahead_stream(int64_t span, int64_t end, int64_t total) {
     int64_t s = dr_cpu_pf_stream();
     if (s <= 0) return pf_ahead(span, end, total);
