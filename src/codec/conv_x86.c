@@ -152,14 +152,14 @@ T2 INL void across_tail(const cd_conv_job *j, int ob, int64_t t, int64_t n) {
 
 /* The input-channel x tap loop of block512 / block256 around their own TAP(x, w) (expanded at the
  * use, so each gets its instruction set's TAP); KC > 0 unrolls the KC taps with offsets tk[]. */
-#define TAP_LOOP()                                                                               \
-    const float *xr = j->x + t - j->xt0, *wr = wb;                                               \
-    int i = 0;                                                                                   \
-    if (j->plant == CD_PLANT_TAP) { /* planted: the first input's last tap dropped */            \
+#define TAP_LOOP(I0, I1)                                                                         \
+    const float *xr = j->x + t - j->xt0 + (int64_t)(I0) * j->lx, *wr = wb + (int64_t)(I0) * K * 8; \
+    int i = (I0);                                                                                \
+    if (j->plant == CD_PLANT_TAP && i == 0) { /* planted: the first input's last tap dropped */  \
         for (int k = 0; k < K - 1; k++) TAP(xr + to[k], wr + k * 8)                              \
         i = 1, xr += j->lx, wr += K * 8;                                                         \
     }                                                                                            \
-    for (; i < cin; i++, xr += j->lx, wr += K * 8) {                                             \
+    for (; i < (I1); i++, xr += j->lx, wr += K * 8) {                                            \
         if (KC) {                                                                                \
             _Pragma("GCC unroll 8") for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)     \
         } else {                                                                                 \
@@ -215,7 +215,7 @@ T5 INL void block512(const cd_conv_job *j, int ob, int64_t t, int64_t n, const i
         if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2, xk + 32);            \
         R8(FMA)                                                         \
     }
-    TAP_LOOP()
+    TAP_LOOP(0, cin)
 #undef TAP
 #undef FMA
 #define PUT(r)                                                          \
@@ -265,7 +265,8 @@ T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, 
     float *y = j->y + (int64_t)o * j->ldy + j->yoff;
     if (j->res) v = _mm256_add_ps(_mm256_maskload_ps(j->res + (int64_t)o * j->ldy + j->yoff + t, m), v);
     if (j->ystep == 1) {
-        _mm256_maskstore_ps(y + t, m, v);
+        if (n >= 8) _mm256_storeu_ps(y + t, v); /* a masked store costs ~10x a plain one on Zen */
+        else _mm256_maskstore_ps(y + t, m, v);
     } else {
         float l[8];
         _mm256_storeu_ps(l, v);
@@ -273,12 +274,14 @@ T2 INL void put256(const cd_conv_job *j, int o, int64_t t, __m256 a, __m256i m, 
     }
 }
 
-/* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block).
+/* NV vectors of 8 steps from t (n valid) for outputs o0 .. o0+3 (h: offset in the weight block),
+ * input channels i0 .. i1-1: the sums start from zero (first) or from acc (row r at acc + r *
+ * CD_TILE), and end in the epilogue (last) or back in acc.
  * KC > 0: the conv has KC taps, unrolled with their offsets in registers (no per-tap arithmetic
  * beside the loads and FMAs: integer uops would take the FMA ports); KC = 0: j->k taps. */
 #define R4(X) X(0) X(1) X(2) X(3)
 T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, const int NV, const int FULL,
-                     const int KC) {
+                     const int KC, int i0, int i1, float *acc, int first, int last) {
     int cin = j->cin, K = KC ? KC : j->k, o0 = ob * 8 + h;
     int no = j->cout - o0 < 4 ? j->cout - o0 : 4;
     const float *wb = j->w + (int64_t)ob * cin * K * 8 + h;
@@ -286,7 +289,15 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
     int64_t tk[8] = {0};
     for (int k = 0; k < KC; k++) tk[k] = to[k];
     __m256i m0 = mask8(n), m1 = mask8(n - 8), m2 = mask8(n - 16);
-#define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
+    /* planted: the carried partial sums dropped at the second contraction block */
+    int zero = first || (j->plant == CD_PLANT_KC && i0 == j->kcb);
+#define DECL(r)                                                                                  \
+    __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;                    \
+    if (!zero) {                                                                                 \
+        a##r##0 = _mm256_loadu_ps(acc + r * CD_TILE);                                            \
+        if (NV > 1) a##r##1 = _mm256_loadu_ps(acc + r * CD_TILE + 8);                            \
+        if (NV > 2) a##r##2 = _mm256_loadu_ps(acc + r * CD_TILE + 16);                           \
+    }
     R4(DECL)
 #undef DECL
 #define FMA(r)                                                          \
@@ -305,11 +316,15 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
         if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);  \
         R4(FMA)                                                                              \
     }
-    TAP_LOOP()
+    TAP_LOOP(i0, i1)
 #undef TAP
 #undef FMA
 #define PUT(r)                                                          \
-    if (r < no) {                                                       \
+    if (!last) {                                                        \
+        _mm256_storeu_ps(acc + r * CD_TILE, a##r##0);                   \
+        if (NV > 1) _mm256_storeu_ps(acc + r * CD_TILE + 8, a##r##1);   \
+        if (NV > 2) _mm256_storeu_ps(acc + r * CD_TILE + 16, a##r##2);  \
+    } else if (r < no) {                                                \
         put256(j, o0 + r, t, a##r##0, m0, n);                           \
         if (NV > 1) put256(j, o0 + r, t + 8, a##r##1, m1, n - 8);       \
         if (NV > 2) put256(j, o0 + r, t + 16, a##r##2, m2, n - 16);     \
@@ -318,22 +333,35 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
 #undef PUT
 }
 
-T2 INL void tile256(const cd_conv_job *j, int ob, int64_t t0, int64_t nt, const int KC) {
+/* weight blocks ob0 .. ob0+nob-1 on steps t0 .. t0+nt: contraction blocks outermost (a block's
+ * weights and input window stay in L1 across the tile's steps and the block's two output
+ * halves), then weight blocks, steps, halves; fewer than 8 steps left run across outputs */
+T2 INL void tile256(const cd_conv_job *j, int ob0, int nob, int64_t t0, int64_t nt, const int KC) {
     int64_t full = nt / 24 * 24, rem = nt - full;
-    for (int h = 0; h < 8 && ob * 8 + h < j->cout; h += 4) {
-        for (int64_t t = 0; t < full; t += 24) block256(j, ob, h, t0 + t, 24, 3, 1, KC);
-        if (rem > 16) block256(j, ob, h, t0 + full, rem, 3, 0, KC);
-        else if (rem > 8) block256(j, ob, h, t0 + full, rem, 2, 0, KC);
-        else if (rem == 8) block256(j, ob, h, t0 + full, rem, 1, 0, KC);
+    int cin = j->cin, kcb = j->kcb > 0 && j->kcb < cin ? j->kcb : cin;
+    for (int i0 = 0; i0 < cin; i0 += kcb) {
+        int i1 = cin - i0 <= kcb ? cin : i0 + kcb, first = i0 == 0, last = i1 == cin;
+        for (int ob = ob0; ob < ob0 + nob; ob++) {
+            float *acc = j->acc ? j->acc + (int64_t)(ob - ob0) * 8 * CD_TILE : NULL;
+#define BLK(T, N, NV, FULL)                                                                          \
+    for (int h = 0; h < 8 && ob * 8 + h < j->cout; h += 4)                                           \
+        block256(j, ob, h, t0 + (T), N, NV, FULL, KC, i0, i1, acc ? acc + h * CD_TILE + (T) : NULL, first, last);
+            for (int64_t t = 0; t < full; t += 24) BLK(t, 24, 3, 1)
+            if (rem > 16) BLK(full, rem, 3, 0)
+            else if (rem > 8) BLK(full, rem, 2, 0)
+            else if (rem == 8) BLK(full, 8, 1, 1)
+#undef BLK
+        }
     }
-    if (rem > 0 && rem < 8) across_tail(j, ob, t0 + full, rem); /* all 8 outputs at once */
+    if (rem > 0 && rem < 8)
+        for (int ob = ob0; ob < ob0 + nob; ob++) across_tail(j, ob, t0 + full, rem); /* all 8 outputs at once */
 }
 
 /* the residual units' 7 taps get their own unrolled copy (1 and 2 taps ran slower unrolled) */
-T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) {
+T2 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int nob, int64_t t0, int64_t nt) {
     switch (j->k) {
-    case 7: tile256(j, ob, t0, nt, 7); break;
-    default: tile256(j, ob, t0, nt, 0); break;
+    case 7: tile256(j, ob, nob, t0, nt, 7); break;
+    default: tile256(j, ob, nob, t0, nt, 0); break;
     }
 }
 
@@ -346,7 +374,9 @@ T2 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int6
 }
 
 #else /* not x86-64: cd_isa_best never picks these */
-void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { (void)j, (void)ob, (void)t0, (void)nt; }
+void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int nob, int64_t t0, int64_t nt) {
+    (void)j, (void)ob, (void)nob, (void)t0, (void)nt;
+}
 void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt) { (void)j, (void)ob, (void)t0, (void)nt; }
 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant) {
     (void)alpha, (void)inv, (void)x, (void)y, (void)L, (void)plant;

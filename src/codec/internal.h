@@ -29,12 +29,26 @@ enum {
 #define DR_CS_CLAMP_N_SHIFT 24
 #define DR_CS_CLAMP_N_MASK (0xffull << DR_CS_CLAMP_N_SHIFT)
 
+/* encoder profile stages (dr_codec_encode_ex): 0 input conv, CD_ES_RU(b) / CD_ES_DOWN(b) block b */
+#define CD_ES_RU(b) (1 + 2 * (b))
+#define CD_ES_DOWN(b) (2 + 2 * (b))
+enum {
+    CD_ES_TF = 1 + 2 * DR_CODEC_MAX_RATES,
+    CD_ES_OUT,
+    CD_ES_QDOWN,
+    CD_ES_PRE,
+    CD_ES_VQ
+};
+
 #define CD_WPACK 8 /* output channels per packed weight block */
 
 /* Kernel instruction sets (kernels.h). cd_isa_best: the widest this CPU runs, or the one named by
  * DRAMA_CODEC_ISA (portable, avx2, avx512; one the CPU lacks falls back to the best it has). */
 enum { CD_ISA_PORTABLE, CD_ISA_AVX2, CD_ISA_AVX512, CD_ISA_COUNT };
 int cd_isa_best(void);
+/* AVX2 convs blocked as a GEMM (kernels.h), unless DRAMA_CODEC_GEMM=0 asks for the earlier
+ * kernel order (one contraction block, one weight block per task); either gives the same values */
+int cd_gemm_default(void);
 int cd_isa_supported(int isa);
 const char *cd_isa_name(int isa);
 
@@ -48,6 +62,8 @@ typedef struct cd_conv {
     int state;  /* index in the path's state table, -1 when hist == 0 */
     int isa;    /* CD_ISA_* kernels (cd_conv_init: cd_isa_best()) */
     int plant;  /* drama contract only: a planted defect in the SIMD loop (kernels.h), else 0 */
+    int gemm;   /* AVX2 GEMM blocking (kernels.h; cd_conv_init: cd_gemm_default()) */
+    int kcb, nob; /* drama contract only: forced contraction block and weight blocks per task, else 0 */
 } cd_conv;
 
 typedef struct cd_snake {

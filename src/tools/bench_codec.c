@@ -138,7 +138,7 @@ static int usage(FILE *f) {
                "  The codec at the real size with random weights: whole decode, streaming one frame per call,\n"
                "  encode; frames/s, x real time, GFLOP/s and %% of the fp32 FMA peak (cores x FMA units x\n"
                "  lanes x 2 x clock: measured, cpuinfo's when the probe is implausible, or --clock-ghz G),\n"
-               "  GFLOP per CPU-second against one core's peak, and the whole decode by stage.\n"
+               "  GFLOP per CPU-second against one core's peak, and the whole decode and the encode by stage.\n"
                "  --frames N (default 32)  --threads T (default: all CPUs)\n"
                "  DRAMA_CODEC_ISA=portable|avx2 runs a narrower kernel than the CPU's best.\n"
                "  --backend cpu|cuda|auto [--device N]: cuda decodes on the GPU (docs/cuda.md) after a warm-up, adds\n"
@@ -384,14 +384,16 @@ int dr_bench_codec_main(int argc, char **argv) {
                where, mx, sqrt(ss / (double)(frames * FL)), big, big > 0 ? mx / big : 0.0, nan ? "YES" : "no");
         printf("  whole decode: %s %.2f x faster than cpu\n", where, t_cpu / whole.seconds);
     }
+    double eprof[DR_CODEC_N_ENC_STAGES] = {0};
+    row e = {"encode", 0, 0, 0};
     if (encode) {
         int64_t T;
         t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
-        if (dr_codec_encode(codec, a, frames * FL, &enc, &T, NULL, NULL, &err)) {
+        if (dr_codec_encode_ex(codec, a, frames * FL, &enc, &T, NULL, NULL, eprof, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
-        row e = {"encode", (double)T, dr_bench_now() - t0, 0};
+        e.frames = (double)T, e.seconds = dr_bench_now() - t0;
         e.cpu_s = dr_bench_cpu_s() - c0;
         print_row(&e, rate, fe, peak, core_peak);
     }
@@ -404,6 +406,15 @@ int dr_bench_codec_main(int argc, char **argv) {
         printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
                dr_codec_stage_name(i, name, sizeof name), prof[i] * 1e3, 100.0 * prof[i] / whole.seconds,
                prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0);
+    }
+    if (encode && !on_dev) printf("  encode by stage (wall time; %% of peak at this thread count):\n");
+    for (int i = 0; i < DR_CODEC_N_ENC_STAGES && encode && !on_dev; i++) {
+        double f = dr_codec_enc_stage_flops_per_frame(codec, i) * e.frames;
+        if (eprof[i] <= 0 && f <= 0) continue;
+        char name[64];
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
+               dr_codec_enc_stage_name(i, name, sizeof name), eprof[i] * 1e3, 100.0 * eprof[i] / e.seconds,
+               eprof[i] > 0 ? f / eprof[i] / 1e9 : 0.0, eprof[i] > 0 && peak > 0 ? 100.0 * f / eprof[i] / 1e9 / peak : 0.0);
     }
     double floor_s = peak > 0 ? frames * fd / (peak * 1e9) : 0;
     dr_bench_line("decode_floor", floor_s * 1e3, 1, "ms (decode FLOPs / peak)");
