@@ -100,10 +100,33 @@ T2 INL __m256 snake256(__m256 v, __m256 alpha, __m256 inv, int plant) {
  * snake512 lane for lane, residual), so a value does not depend on the path that computed it.
  * Streaming one frame per call and the transformer's few positions land here. */
 #define R7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
-T2 INL void across256(const cd_conv_job *j, int ob, int64_t t, const int N) {
-    int cin = j->cin, K = j->k, o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+/* the epilogue of the N steps from t of block ob (accumulators v[e]) */
+T2 INL void across_put(const cd_conv_job *j, int ob, int64_t t, const __m256 *v, const int N) {
+    int o0 = ob * 8, no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(no), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 bias = j->b ? _mm256_maskload_ps(j->b + o0, m) : _mm256_setzero_ps(), alpha = bias, inv = bias;
+    if (j->snake) alpha = _mm256_maskload_ps(j->snake->alpha + o0, m), inv = _mm256_maskload_ps(j->snake->inv + o0, m);
+    float l[8], r[8] = {0};
+    for (int e = 0; e < N; e++) {
+        __m256 u = _mm256_add_ps(v[e], bias);
+        if (j->snake) u = snake256(u, alpha, inv, j->snake->plant);
+        if (j->res) {
+            for (int q = 0; q < no; q++) r[q] = j->res[(int64_t)(o0 + q) * j->ldy + j->yoff + t + e];
+            u = _mm256_add_ps(_mm256_loadu_ps(r), u);
+        }
+        _mm256_storeu_ps(l, u);
+        for (int q = 0; q < no; q++) j->y[(int64_t)(o0 + q) * j->ldy + j->yoff + (t + e) * j->ystep] = l[q];
+    }
+}
+
+/* N steps from t of the NB weight blocks ob .. ob+NB-1 (1, 2 or 4): NB x N independent chains,
+ * so that a few steps (a stream fed one frame: N = 1) still keep both FMA pipes busy instead of
+ * waiting on one chain's latency; the broadcast input value is shared by the blocks */
+T2 INL void across256(const cd_conv_job *j, int ob, int64_t t, const int N, const int NB) {
+    int cin = j->cin, K = j->k;
     const float *wb = j->w + (int64_t)ob * cin * K * 8;
-#define DECL(e) __m256 a##e = _mm256_setzero_ps();
+    const int64_t bs = (int64_t)cin * K * 8; /* floats from one weight block to the next */
+#define DECL(e) __m256 a0##e = _mm256_setzero_ps(), a1##e = a0##e, a2##e = a0##e, a3##e = a0##e;
     R7(DECL)
 #undef DECL
     for (int i = 0; i < cin; i++) {
@@ -111,44 +134,65 @@ T2 INL void across256(const cd_conv_job *j, int ob, int64_t t, const int N) {
         const float *wr = wb + (int64_t)i * K * 8;
         int kend = K - (i == 0 && j->plant == CD_PLANT_TAP); /* planted: the first input's last tap dropped */
         for (int k = 0; k < kend; k++) {
-            const float *xk = xr + j->toff[k];
-            __m256 wv = _mm256_loadu_ps(wr + (int64_t)k * 8);
-#define FMA(e) if (e < N) a##e = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + e), a##e);
+            const float *xk = xr + j->toff[k], *wk = wr + (int64_t)k * 8;
+            __m256 w0 = _mm256_loadu_ps(wk), w1 = w0, w2 = w0, w3 = w0;
+            if (NB > 1) w1 = _mm256_loadu_ps(wk + bs);
+            if (NB > 2) w2 = _mm256_loadu_ps(wk + 2 * bs), w3 = _mm256_loadu_ps(wk + 3 * bs);
+#define FMA(e)                                                          \
+    if (e < N) {                                                        \
+        __m256 xb = _mm256_broadcast_ss(xk + e);                        \
+        a0##e = _mm256_fmadd_ps(w0, xb, a0##e);                         \
+        if (NB > 1) a1##e = _mm256_fmadd_ps(w1, xb, a1##e);             \
+        if (NB > 2) a2##e = _mm256_fmadd_ps(w2, xb, a2##e);             \
+        if (NB > 2) a3##e = _mm256_fmadd_ps(w3, xb, a3##e);             \
+    }
             R7(FMA)
 #undef FMA
         }
     }
-    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(no), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 bias = j->b ? _mm256_maskload_ps(j->b + o0, m) : _mm256_setzero_ps(), alpha = bias, inv = bias;
-    if (j->snake) alpha = _mm256_maskload_ps(j->snake->alpha + o0, m), inv = _mm256_maskload_ps(j->snake->inv + o0, m);
-    float l[8], r[8] = {0};
-#define PUT(e)                                                                                   \
-    if (e < N) {                                                                                 \
-        __m256 v = _mm256_add_ps(a##e, bias);                                                    \
-        if (j->snake) v = snake256(v, alpha, inv, j->snake->plant);                              \
-        if (j->res) {                                                                            \
-            for (int q = 0; q < no; q++) r[q] = j->res[(int64_t)(o0 + q) * j->ldy + j->yoff + t + e]; \
-            v = _mm256_add_ps(_mm256_loadu_ps(r), v);                                            \
-        }                                                                                        \
-        _mm256_storeu_ps(l, v);                                                                  \
-        for (int q = 0; q < no; q++) j->y[(int64_t)(o0 + q) * j->ldy + j->yoff + (t + e) * j->ystep] = l[q]; \
+#define PUTB(b)                                                         \
+    {                                                                   \
+        __m256 v[7] = {a##b##0, a##b##1, a##b##2, a##b##3, a##b##4, a##b##5, a##b##6}; \
+        across_put(j, ob + b, t, v, N);                                 \
     }
-    R7(PUT)
-#undef PUT
+    PUTB(0)
+    if (NB > 1) PUTB(1)
+    if (NB > 2) PUTB(2)
+    if (NB > 2) PUTB(3)
+#undef PUTB
 }
 
-T2 INL void across_tail(const cd_conv_job *j, int ob, int64_t t, int64_t n) {
-    switch (n) {
-    case 1: across256(j, ob, t, 1); break;
-    case 2: across256(j, ob, t, 2); break;
-    case 3: across256(j, ob, t, 3); break;
-    case 4: across256(j, ob, t, 4); break;
-    case 5: across256(j, ob, t, 5); break;
-    case 6: across256(j, ob, t, 6); break;
-    case 7: across256(j, ob, t, 7); break;
-    default: break;
+/* n < 8 steps from t of weight blocks ob .. ob+nob-1: 4 blocks at a time for 1-2 steps, 2 for 3-5
+ * (the accumulators, weights and broadcast fit the 16 registers), else one */
+#define ACROSS(NB)                                                      \
+    switch (n) {                                                        \
+    case 1: across256(j, ob, t, 1, NB); break;                          \
+    case 2: across256(j, ob, t, 2, NB); break;                          \
+    case 3: across256(j, ob, t, 3, NB); break;                          \
+    case 4: across256(j, ob, t, 4, NB); break;                          \
+    case 5: across256(j, ob, t, 5, NB); break;                          \
+    case 6: across256(j, ob, t, 6, NB); break;                          \
+    case 7: across256(j, ob, t, 7, NB); break;                          \
+    default: break;                                                     \
+    }
+/* out of line: inlined into every tile variant it slowed their main loops down */
+T2 static __attribute__((noinline)) void across_tail(const cd_conv_job *j, int ob0, int nob, int64_t t, int64_t n) {
+    int wide = n <= 2 ? 4 : n <= 5 ? 2 : 1;
+    for (int ob = ob0; ob < ob0 + nob;) {
+        int left = ob0 + nob - ob;
+        if (wide >= 4 && left >= 4) {
+            ACROSS(4)
+            ob += 4;
+        } else if (wide >= 2 && left >= 2) {
+            ACROSS(2)
+            ob += 2;
+        } else {
+            ACROSS(1)
+            ob += 1;
+        }
     }
 }
+#undef ACROSS
 
 /* The input-channel x tap loop of block512 / block256 around their own TAP(x, w) (expanded at the
  * use, so each gets its instruction set's TAP); KC > 0 unrolls the KC taps with offsets tk[]. */
@@ -235,7 +279,7 @@ T5 INL void tile512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt, const 
     if (rem > 32) block512(j, ob, t0 + t, rem, 3, KC);
     else if (rem > 16) block512(j, ob, t0 + t, rem, 2, KC);
     else if (rem >= 8) block512(j, ob, t0 + t, rem, 1, KC);
-    else if (rem > 0) across_tail(j, ob, t0 + t, rem);
+    else if (rem > 0) across_tail(j, ob, 1, t0 + t, rem);
 }
 
 /* the residual units' 7 taps get their own unrolled copy */
@@ -348,13 +392,12 @@ T2 INL void tile256(const cd_conv_job *j, int ob0, int nob, int64_t t0, int64_t 
         block256(j, ob, h, t0 + (T), N, NV, FULL, KC, i0, i1, acc ? acc + h * CD_TILE + (T) : NULL, first, last);
             for (int64_t t = 0; t < full; t += 24) BLK(t, 24, 3, 1)
             if (rem > 16) BLK(full, rem, 3, 0)
-            else if (rem > 8) BLK(full, rem, 2, 0)
+            else if (rem > 8) BLK(full, rem, 2, rem == 16)
             else if (rem == 8) BLK(full, 8, 1, 1)
 #undef BLK
         }
     }
-    if (rem > 0 && rem < 8)
-        for (int ob = ob0; ob < ob0 + nob; ob++) across_tail(j, ob, t0 + full, rem); /* all 8 outputs at once */
+    if (rem > 0 && rem < 8) across_tail(j, ob0, nob, t0 + full, rem); /* all 8 outputs at once */
 }
 
 /* the residual units' 7 taps get their own unrolled copy (1 and 2 taps ran slower unrolled) */

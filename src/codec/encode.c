@@ -46,13 +46,16 @@ const char *dr_codec_enc_stage_name(int stage, char *buf, size_t len) {
     return buf;
 }
 
-static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *pool, drama_error *err) {
+/* conv (after Snake sn_in, NULL: none) on *a, replacing it by the output */
+static drama_status conv_step(const cd_conv *cv, const cd_snake *sn_in, float **hist, act *a, dr_pool *pool,
+                              drama_error *err) {
     int64_t len = cd_conv_out_len(cv, a->len);
     size_t bytes;
     float *y = NULL;
     if (!dr_mul_size((size_t)cv->cout * (size_t)len, sizeof(float), &bytes) || !(y = dr_alloc(bytes ? bytes : 4)))
         return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder activations)");
-    drama_status rc = cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, y, pool, err);
+    drama_status rc = sn_in ? cd_conv_run_snake_in(cv, cd_hist(hist, cv), a->x, a->len, y, sn_in, pool, err)
+                             : cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, y, pool, err);
     dr_free(a->x);
     a->x = y, a->ch = cv->cout, a->len = len;
     return rc;
@@ -91,7 +94,7 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
     act a = {dr_alloc((size_t)L * sizeof(float)), 1, L};
     if (!a.x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
     memcpy(a.x, pcm, (size_t)L * sizeof(float));
-    drama_status rc = conv_step(&c->enc_in, hist, &a, pool, err);
+    drama_status rc = conv_step(&c->enc_in, NULL, hist, &a, pool, err);
     lap(prof, 0, &t0);
     for (int b = 0; !rc && b < cf->n_encoder_rates; b++) {
         const cd_enc_block *eb = &c->enc[b];
@@ -99,8 +102,7 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
         for (int r = 0; !rc && r < cf->n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a.x, a.len, pool, err);
         lap(prof, CD_ES_RU(sb), &t0);
         if (rc) break;
-        cd_snake_run(&eb->snake, a.x, a.len, pool);
-        if ((rc = conv_step(&eb->down, hist, &a, pool, err))) break;
+        if ((rc = conv_step(&eb->down, &eb->snake, hist, &a, pool, err))) break;
         lap(prof, CD_ES_DOWN(sb), &t0);
         if (eb->has_tf) {
             float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
@@ -112,13 +114,12 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
         }
     }
     if (!rc) {
-        cd_snake_run(&c->enc_snake, a.x, a.len, pool);
-        rc = conv_step(&c->enc_out, hist, &a, pool, err);
+        rc = conv_step(&c->enc_out, &c->enc_snake, hist, &a, pool, err);
     }
     if (!rc && tap) tap(tap_ctx, "z_enc", a.x, (int)a.ch, a.len);
     lap(prof, CD_ES_OUT, &t0);
     for (int i = 0; !rc && i < cf->n_down; i++) {
-        if ((rc = conv_step(&c->down[i], hist, &a, pool, err))) break;
+        if ((rc = conv_step(&c->down[i], NULL, hist, &a, pool, err))) break;
         rc = cd_convnext_run(&c->down_cnx[i], hist, a.x, a.len, pool, err);
     }
     if (!rc && tap) tap(tap_ctx, "z_down", a.x, (int)a.ch, a.len);

@@ -187,6 +187,10 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
  * be y; res only for convs that are not transposed) */
 drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
                             const float *res, dr_pool *pool, drama_error *err);
+/* y = conv(snake(x)) with x left as it is: the Snake runs in the conv's input copy (same values
+ * as cd_snake_run on x, then cd_conv_run) */
+drama_status cd_conv_run_snake_in(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y,
+                                  const cd_snake *sn_in, dr_pool *pool, drama_error *err);
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
 void cd_snake_prepare(cd_snake *s, double eps); /* s->inv = 1 / (alpha + eps) in fp32 */
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);

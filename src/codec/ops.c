@@ -340,7 +340,23 @@ static void pad_rows(void *ctx, int64_t i0, int64_t n) {
             else memcpy(br + h, xr, (size_t)j->L * sizeof(float));
             continue;
         }
-        for (int64_t c = 0; c < j->lx; c++) br[c % s * lp + c / s] = c < h ? hr[c] : xr[c - h];
+        /* column c goes to phase c % s, place c / s: counters instead of divisions; x through
+         * Snake in pieces of 256 (sn_in: a value does not depend on the piece it is in) */
+        int64_t p = 0, q = 0;
+        for (int64_t c = 0; c < h; c++) {
+            br[p * lp + q] = hr[c];
+            if (++p == s) p = 0, q++;
+        }
+        float tmpv[256];
+        for (int64_t c0 = 0; c0 < j->L; c0 += 256) {
+            int64_t np = j->L - c0 < 256 ? j->L - c0 : 256;
+            const float *src = xr + c0;
+            if (j->sn_in) snake_row(j->sn_in, i, src, tmpv, np), src = tmpv;
+            for (int64_t e = 0; e < np; e++) {
+                br[p * lp + q] = src[e];
+                if (++p == s) p = 0, q++;
+            }
+        }
         for (int64_t c = j->lx; c < s * lp; c++) br[c % s * lp + c / s] = 0.0f; /* never read */
     }
 }
@@ -362,7 +378,6 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
     int64_t lp = phased ? (lx + s - 1) / s : lx, row = phased ? s * lp : lx;
     const float *xin = x;
     float *buf = NULL;
-    if (sn_in && phased) return dr_fail(err, DRAMA_EINTERNAL, "codec: input Snake on a strided conv");
     if (cv->hist > 0 || phased || sn_in) {
         size_t bytes;
         if (!dr_mul_size((size_t)cv->cin * (size_t)row, sizeof(float), &bytes) || !(buf = dr_alloc(bytes)))
@@ -425,6 +440,11 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
 drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
                             const float *res, dr_pool *pool, drama_error *err) {
     return conv_exec(cv, hist, x, L, y, NULL, snake, res, pool, err);
+}
+
+drama_status cd_conv_run_snake_in(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y,
+                                  const cd_snake *sn_in, dr_pool *pool, drama_error *err) {
+    return conv_exec(cv, hist, x, L, y, sn_in, NULL, NULL, pool, err);
 }
 
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,

@@ -133,6 +133,14 @@ static double cpuinfo(char *vendor, size_t vlen, int *family) {
     return mhz;
 }
 
+/* FNV-1a of n bytes: the bench's output hash (any kernel order or thread count gives the same) */
+static uint64_t fnv(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 static int usage(FILE *f) {
     fprintf(f, "usage: drama bench codec [--frames N] [--threads T] [--no-encode] [--fma-units U] [--lanes L] [--clock-ghz G]\n"
                "  The codec at the real size with random weights: whole decode, streaming one frame per call,\n"
@@ -315,7 +323,7 @@ int dr_bench_codec_main(int argc, char **argv) {
     printf("  %-24s %6s %9s %9s %8s %9s %8s %8s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s",
            "of peak", "CPU s", "per CPU");
     row whole = {"decode whole", (double)frames, 0, 0}, stream = {"decode stream, 1/call", (double)frames, 0, 0};
-    double prof[DR_CODEC_N_STAGES] = {0}, c0;
+    double prof[DR_CODEC_N_STAGES] = {0}, sprof[DR_CODEC_N_STAGES] = {0}, c0;
     if (dr_codec_stream_create(codec, &s, &err)) {
         fprintf(stderr, "drama bench codec: %s\n", err.message);
         goto done;
@@ -333,7 +341,7 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     whole.seconds = dr_bench_now() - t0, whole.cpu_s = dr_bench_cpu_s() - c0;
     print_row(&whole, rate, fd, peak, core_peak);
-    dr_codec_stream_set_profile(s, NULL);
+    dr_codec_stream_set_profile(s, on_dev ? NULL : sprof);
     dr_codec_stream_reset(s);
     t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
     for (int64_t f = 0; f < frames; f++)
@@ -342,6 +350,7 @@ int dr_bench_codec_main(int argc, char **argv) {
             goto done;
         }
     stream.seconds = dr_bench_now() - t0, stream.cpu_s = dr_bench_cpu_s() - c0;
+    dr_codec_stream_set_profile(s, NULL);
     print_row(&stream, rate, fd, peak, core_peak);
     int same = !memcmp(a, b, (size_t)frames * FL * 4);
     /* the first streamed chunk of a request (DR_STREAM_FIRST_CHUNK = 4 frames) on a fresh stream:
@@ -398,14 +407,18 @@ int dr_bench_codec_main(int argc, char **argv) {
         print_row(&e, rate, fe, peak, core_peak);
     }
     printf("  streaming == whole decode (bitwise): %s\n", same ? "yes" : "NO");
-    if (!on_dev) printf("  whole decode by stage (wall time; %% of peak at this thread count):\n");
+    printf("  output hash (FNV-1a): decode %016llx, encode codes %016llx\n",
+           (unsigned long long)fnv(a, (size_t)frames * FL * 4),
+           (unsigned long long)(enc ? fnv(enc, (size_t)e.frames * K * sizeof *enc) : 0));
+    if (!on_dev) printf("  whole decode by stage (wall time; %% of peak at this thread count), then the stream's (1 frame a call):\n");
     for (int i = 0; i < DR_CODEC_N_STAGES && !on_dev; i++) {
         double f = dr_codec_stage_flops_per_frame(codec, i) * (double)frames;
         if (prof[i] <= 0 && f <= 0) continue;
         char name[64];
-        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak | stream %8.1f ms %6.1f%% of peak\n",
                dr_codec_stage_name(i, name, sizeof name), prof[i] * 1e3, 100.0 * prof[i] / whole.seconds,
-               prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0);
+               prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0,
+               sprof[i] * 1e3, sprof[i] > 0 && peak > 0 ? 100.0 * f / sprof[i] / 1e9 / peak : 0.0);
     }
     if (encode && !on_dev) printf("  encode by stage (wall time; %% of peak at this thread count):\n");
     for (int i = 0; i < DR_CODEC_N_ENC_STAGES && encode && !on_dev; i++) {
