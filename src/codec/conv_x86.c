@@ -377,6 +377,38 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
 #undef PUT
 }
 
+/* 8 steps from t for all 8 outputs of block ob, one vector each: 8 chains (two blocks of 4 outputs
+ * x 1 vector would have 4 each, too few to hide the FMA latency); otherwise as block256 */
+T2 INL void block256x8(const cd_conv_job *j, int ob, int64_t t, const int KC, int i0, int i1, float *acc, int first,
+                       int last) {
+    int cin = j->cin, K = KC ? KC : j->k, o0 = ob * 8;
+    int no = j->cout - o0 < 8 ? j->cout - o0 : 8;
+    const float *wb = j->w + (int64_t)ob * cin * K * 8;
+    const int64_t *to = j->toff;
+    int64_t tk[8] = {0};
+    for (int k = 0; k < KC; k++) tk[k] = to[k];
+    __m256i m0 = mask8(8);
+    int zero = first || (j->plant == CD_PLANT_KC && i0 == j->kcb);
+#define DECL(r) __m256 a##r = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * CD_TILE);
+    R8(DECL)
+#undef DECL
+#define FMA(r) a##r = _mm256_fmadd_ps(_mm256_broadcast_ss(w8 + r), x0, a##r);
+#define TAP(XK, W8)                                                     \
+    {                                                                   \
+        const float *w8 = (W8);                                         \
+        __m256 x0 = _mm256_loadu_ps(XK);                                \
+        R8(FMA)                                                         \
+    }
+    TAP_LOOP(i0, i1)
+#undef TAP
+#undef FMA
+#define PUT(r)                                                          \
+    if (!last) _mm256_storeu_ps(acc + r * CD_TILE, a##r);               \
+    else if (r < no) put256(j, o0 + r, t, a##r, m0, 8);
+    R8(PUT)
+#undef PUT
+}
+
 /* weight blocks ob0 .. ob0+nob-1 on steps t0 .. t0+nt: contraction blocks outermost (a block's
  * weights and input window stay in L1 across the tile's steps and the block's two output
  * halves), then weight blocks, steps, halves; fewer than 8 steps left run across outputs */
@@ -393,7 +425,7 @@ T2 INL void tile256(const cd_conv_job *j, int ob0, int nob, int64_t t0, int64_t 
             for (int64_t t = 0; t < full; t += 24) BLK(t, 24, 3, 1)
             if (rem > 16) BLK(full, rem, 3, 0)
             else if (rem > 8) BLK(full, rem, 2, rem == 16)
-            else if (rem == 8) BLK(full, 8, 1, 1)
+            else if (rem == 8) block256x8(j, ob, t0 + full, KC, i0, i1, acc ? acc + full : NULL, first, last);
 #undef BLK
         }
     }
