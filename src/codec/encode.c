@@ -13,7 +13,9 @@
 #include "io/safetensors.h"
 #include "io/torchzip.h"
 
-#define ENC_CHUNK 32 /* frames per encoder call */
+#define ENC_CHUNK 32        /* frames per encoder call */
+#define ENC_SLICE_FRAMES 2  /* frames per slice through the high-rate blocks (front_blocks) */
+#define ENC_FRONT_STEPS 1024
 
 typedef struct act {
     float *x;
@@ -85,37 +87,83 @@ static drama_status quantize(const dr_codec *c, float *z, int64_t T, int32_t *co
     return DRAMA_OK;
 }
 
+/* encoder blocks b0 .. b1-1 on *a (residual units, Snake + downsampling conv, transformer) */
+static drama_status run_blocks(const dr_codec *c, cd_state *st, act *a, int b0, int b1, double *prof, double *t0,
+                               drama_error *err) {
+    dr_pool *pool = c->pool;
+    float **hist = st->conv;
+    drama_status rc = DRAMA_OK;
+    for (int b = b0; !rc && b < b1; b++) {
+        const cd_enc_block *eb = &c->enc[b];
+        int sb = b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1;
+        for (int r = 0; !rc && r < c->cfg.n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a->x, a->len, pool, err);
+        lap(prof, CD_ES_RU(sb), t0);
+        if (rc) break;
+        if ((rc = conv_step(&eb->down, &eb->snake, hist, a, pool, err))) break;
+        lap(prof, CD_ES_DOWN(sb), t0);
+        if (eb->has_tf) {
+            float *y = dr_alloc((size_t)a->ch * a->len * sizeof(float));
+            if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder transformer)");
+            else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a->x, a->len, y, pool, err);
+            dr_free(a->x);
+            a->x = y;
+            lap(prof, CD_ES_TF, t0);
+        }
+    }
+    return rc;
+}
+
+/* samples -> the input conv and blocks 0 .. nb-1 -> *a */
+static drama_status run_front(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int nb, act *a,
+                              double *prof, double *t0, drama_error *err) {
+    *a = (act){dr_alloc((size_t)L * sizeof(float)), 1, L};
+    if (!a->x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
+    memcpy(a->x, pcm, (size_t)L * sizeof(float));
+    drama_status rc = conv_step(&c->enc_in, NULL, st->conv, a, c->pool, err);
+    lap(prof, 0, t0);
+    return rc ? rc : run_blocks(c, st, a, 0, nb, prof, t0, err);
+}
+
+/* The leading blocks whose input has ENC_FRONT_STEPS steps per frame or more (no transformer):
+ * a chunk runs through them in slices of ENC_SLICE_FRAMES frames, each slice through all of them
+ * before the next, so their activations (16 MB a buffer at 32 frames) stay in the caches; every
+ * layer carries its history, so the values are those of one piece. */
+static int front_blocks(const dr_codec *c) {
+    int64_t steps = c->cfg.frame_length;
+    int nb = 0;
+    while (nb < c->cfg.n_encoder_rates && steps >= ENC_FRONT_STEPS && !c->enc[nb].has_tf)
+        steps /= c->enc[nb].down.stride, nb++;
+    return nb;
+}
+
 static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int32_t *codes,
                                  dr_codec_tap_fn tap, void *tap_ctx, double *prof, drama_error *err) {
     const dr_codec_config *cf = &c->cfg;
     dr_pool *pool = c->pool;
     double t0 = prof ? now_s() : 0;
     float **hist = st->conv;
-    act a = {dr_alloc((size_t)L * sizeof(float)), 1, L};
-    if (!a.x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
-    memcpy(a.x, pcm, (size_t)L * sizeof(float));
-    drama_status rc = conv_step(&c->enc_in, NULL, hist, &a, pool, err);
-    lap(prof, 0, &t0);
-    for (int b = 0; !rc && b < cf->n_encoder_rates; b++) {
-        const cd_enc_block *eb = &c->enc[b];
-        int sb = b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1;
-        for (int r = 0; !rc && r < cf->n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a.x, a.len, pool, err);
-        lap(prof, CD_ES_RU(sb), &t0);
-        if (rc) break;
-        if ((rc = conv_step(&eb->down, &eb->snake, hist, &a, pool, err))) break;
-        lap(prof, CD_ES_DOWN(sb), &t0);
-        if (eb->has_tf) {
-            float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
-            if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder transformer)");
-            else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a.x, a.len, y, pool, err);
-            dr_free(a.x);
-            a.x = y;
-            lap(prof, CD_ES_TF, &t0);
+    int nf = front_blocks(c);
+    int64_t S = (int64_t)ENC_SLICE_FRAMES * cf->frame_length, div = 1;
+    for (int b = 0; b < nf; b++) div *= c->enc[b].down.stride;
+    act a = {0};
+    drama_status rc = DRAMA_OK;
+    if (nf > 0 && L > S) { /* whole frames per slice: every stride divides it */
+        int64_t ch = c->enc[nf - 1].down.cout, Lg = L / div;
+        if (!(a.x = dr_alloc((size_t)ch * Lg * sizeof(float))))
+            return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder activations)");
+        a.ch = ch, a.len = Lg;
+        for (int64_t s0 = 0; !rc && s0 < L; s0 += S) {
+            act p = {0};
+            rc = run_front(c, st, pcm + s0, L - s0 < S ? L - s0 : S, nf, &p, prof, &t0, err);
+            for (int64_t r = 0; !rc && r < ch; r++)
+                memcpy(a.x + r * Lg + s0 / div, p.x + r * p.len, (size_t)p.len * sizeof(float));
+            dr_free(p.x);
         }
+    } else {
+        rc = run_front(c, st, pcm, L, nf, &a, prof, &t0, err);
     }
-    if (!rc) {
-        rc = conv_step(&c->enc_out, &c->enc_snake, hist, &a, pool, err);
-    }
+    if (!rc) rc = run_blocks(c, st, &a, nf, cf->n_encoder_rates, prof, &t0, err);
+    if (!rc) rc = conv_step(&c->enc_out, &c->enc_snake, hist, &a, pool, err);
     if (!rc && tap) tap(tap_ctx, "z_enc", a.x, (int)a.ch, a.len);
     lap(prof, CD_ES_OUT, &t0);
     for (int i = 0; !rc && i < cf->n_down; i++) {
