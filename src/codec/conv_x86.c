@@ -448,7 +448,54 @@ T2 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int6
     }
 }
 
+/* ---- attention of one query and head (transformer.c), the portable loop's operations ----
+ * scores across 8 keys at once (kT: keys transposed, [hd][ldk]; each lane the same sequential sum
+ * over dims of separately rounded products), softmax as the portable loop (scalar expf), values
+ * across dims (each dim the same sum over keys in order): values equal the portable ones */
+T2 void cd_attend_row_avx2(const float *q, const float *kT, int64_t ldk, const float *v, int64_t ldv, int64_t first,
+                           int64_t last, int hd, float scale, float *sc, float *out, int64_t ldo, int plant) {
+    int64_t n = last - first + 1;
+    int dend = hd - (plant == CD_PLANT_TAP); /* planted: the scores' last dim dropped */
+    for (int64_t p0 = 0; p0 < n; p0 += 8) {
+        __m256i m = mask8(n - p0);
+        __m256 a = _mm256_setzero_ps();
+        const float *kp = kT + first + p0;
+        for (int d = 0; d < dend; d++)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(q[d]), _mm256_maskload_ps(kp + (int64_t)d * ldk, m)));
+        _mm256_maskstore_ps(sc + p0, m, _mm256_mul_ps(a, _mm256_set1_ps(scale)));
+    }
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t p = 0; p < n; p++)
+        if (sc[p] > mx) mx = sc[p];
+    for (int64_t p = 0; p < n; p++) sum += (sc[p] = expf(sc[p] - mx));
+    int d0 = 0;
+    for (; d0 + 32 <= hd; d0 += 32) { /* 4 vectors of dims in registers across the keys */
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t p = 0; p < n; p++) {
+            const float *vp = v + (first + p) * ldv + d0;
+            __m256 w = _mm256_set1_ps(sc[p] / sum);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(w, _mm256_loadu_ps(vp)));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8)));
+            a2 = _mm256_add_ps(a2, _mm256_mul_ps(w, _mm256_loadu_ps(vp + 16)));
+            a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, _mm256_loadu_ps(vp + 24)));
+        }
+        float l[32];
+        _mm256_storeu_ps(l, a0), _mm256_storeu_ps(l + 8, a1), _mm256_storeu_ps(l + 16, a2), _mm256_storeu_ps(l + 24, a3);
+        for (int d = 0; d < 32; d++) out[(int64_t)(d0 + d) * ldo] = l[d];
+    }
+    for (; d0 < hd; d0++) { /* the rest one dim at a time */
+        float acc = 0.0f;
+        for (int64_t p = 0; p < n; p++) acc += sc[p] / sum * v[(first + p) * ldv + d0];
+        out[(int64_t)d0 * ldo] = acc;
+    }
+}
+
 #else /* not x86-64: cd_isa_best never picks these */
+void cd_attend_row_avx2(const float *q, const float *kT, int64_t ldk, const float *v, int64_t ldv, int64_t first,
+                        int64_t last, int hd, float scale, float *sc, float *out, int64_t ldo, int plant) {
+    (void)q, (void)kT, (void)ldk, (void)v, (void)ldv, (void)first, (void)last, (void)hd, (void)scale, (void)sc;
+    (void)out, (void)ldo, (void)plant;
+}
 void cd_conv_tile_avx2(const cd_conv_job *j, int ob, int nob, int64_t t0, int64_t nt) {
     (void)j, (void)ob, (void)nob, (void)t0, (void)nt;
 }

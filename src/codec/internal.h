@@ -221,6 +221,10 @@ void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, i
  * keys max(0, n_prev + t - W + 1) .. n_prev + t */
 void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
                float *out, dr_pool *pool);
+/* the same on instruction set isa (AVX2 and up: kernels.h cd_attend_row_avx2, the same values)
+ * with a planted defect for drama contract (0: none) */
+void cd_attend_ex(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev,
+                  int64_t L, float *out, dr_pool *pool, int isa, int plant);
 void cd_swiglu(float *g, const float *u, int64_t n, dr_pool *pool); /* g = silu(g) * u */
 /* transformer (transformer.c): x [dim][L] -> y [dim][L] */
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,

@@ -54,4 +54,10 @@ void cd_conv_tile_avx512(const cd_conv_job *j, int ob, int64_t t0, int64_t nt);
 void cd_snake_row_avx2(float alpha, float inv, const float *x, float *y, int64_t L, int plant);
 void cd_snake_row_avx512(float alpha, float inv, const float *x, float *y, int64_t L, int plant);
 
+/* attention of one query and head over keys first .. last (transformer.c: cd_attend_ex): kT the keys
+ * transposed ([hd][ldk], column = position), v + p * ldv the values, out + d * ldo the output;
+ * the portable loop's values */
+void cd_attend_row_avx2(const float *q, const float *kT, int64_t ldk, const float *v, int64_t ldv, int64_t first,
+                        int64_t last, int hd, float scale, float *sc, float *out, int64_t ldo, int plant);
+
 #endif

@@ -539,7 +539,7 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
     dr_codec_tf_config cf = {.n_head = H, .head_dim = hd, .window_size = W};
     if (k->control == CC_WIDE) cf.window_size = W + 1; /* planted: one key too many */
     ct_poison(out, no);
-    cd_attend(&cf, q, kk, vv, n_prev, L, out, pool);
+    cd_attend_ex(&cf, q, kk, vv, n_prev, L, out, pool, KISA(k), k->control == CC_SIMD_TAP ? CD_PLANT_TAP : 0);
     char name[96];
     snprintf(name, sizeof name, "%s heads=%d hd=%d W=%d cached=%lld L=%lld", x_kind[kind], H, hd, W,
              (long long)n_prev, (long long)L);
@@ -814,7 +814,7 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
         case K_LN: cd_layernorm_ct(c, 1024, 64, a, b, 1e-6, ctx->pool); break;
         case K_RMS: cd_rmsnorm_ct(c, d, 1024, 64, a, 1e-5, ctx->pool); break;
         case K_ROPE: case K_ROPE_F32: cd_rope_ct(c, 0, &cf, 64, 1000, ctx->pool); break;
-        case K_ATTEND: cd_attend(&cf, a, c, d, 127, 16, b, ctx->pool); break;
+        case K_ATTEND: cd_attend_ex(&cf, a, c, d, 127, 16, b, ctx->pool, KISA(k), 0); break;
         case K_SWIGLU: cd_swiglu(c, d, 3072 * 16, ctx->pool); break;
         case K_TANH: cd_tanh(c, d, 32768, ctx->pool); break;
         case K_GELU: cd_gelu_erf(c, 32768, ctx->pool); break;
@@ -862,7 +862,7 @@ static const char *no_avx512(char *why, size_t n) {
 }
 
 /* the kernels with SIMD paths (conv_x86.c), each entry once per instruction set */
-static const int k_simd[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_SNAKE, K_FUSED};
+static const int k_simd[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_SNAKE, K_FUSED, K_ATTEND};
 static const char *const isa_backend[CD_ISA_COUNT] = {"cpu", "cpu/avx2", "cpu/avx512"};
 static const char *const isa_control[CD_ISA_COUNT] = {"cpu/control", "cpu/avx2/control", "cpu/avx512/control"};
 /* the convs through the AVX2 GEMM blocking, forced to small blocks */
@@ -923,6 +923,7 @@ int ct_codec_controls(ct_kernel *out, int max) {
         {K_SNAKE, CC_SIMD_PARITY, "vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_PARITY, "fused Snake's vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+        {K_ATTEND, CC_SIMD_TAP, "SIMD scores drop the last dim of the dot product"},
     };
     for (int isa = CD_ISA_AVX2; isa < CD_ISA_COUNT; isa++)
         for (size_t i = 0; i < sizeof sc / sizeof sc[0] && n < max; i++) out[n++] = entry(sc[i].v, isa, sc[i].control, sc[i].desc);
