@@ -17,6 +17,7 @@
 #define T2 __attribute__((target("avx2,fma")))
 #define T5 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
 #define INL static inline __attribute__((always_inline))
+#define PF_ROWS 4 /* block256 without unrolled taps: input rows prefetched this far ahead (1x1 convs: +3-5%) */
 
 /* sin(y)^2 = sin(r)^2 or cos(r)^2 for y = n pi/2 + r, |r| <= pi/4 (three-part pi/2, minimax
  * polynomials of sin and cos on [-pi/4, pi/4]); lanes past 8192 or non-finite go to libm. */
@@ -196,6 +197,7 @@ T2 static __attribute__((noinline)) void across_tail(const cd_conv_job *j, int o
 
 /* The input-channel x tap loop of block512 / block256 around their own TAP(x, w) (expanded at the
  * use, so each gets its instruction set's TAP); KC > 0 unrolls the KC taps with offsets tk[]. */
+#define PREFETCH_ROW(XR) /* a kernel's own hook at the start of each input row (block256: a prefetch) */
 #define TAP_LOOP(I0, I1)                                                                         \
     const float *xr = j->x + t - j->xt0 + (int64_t)(I0) * j->lx, *wr = wb + (int64_t)(I0) * K * 8; \
     int i = (I0);                                                                                \
@@ -204,6 +206,7 @@ T2 static __attribute__((noinline)) void across_tail(const cd_conv_job *j, int o
         i = 1, xr += j->lx, wr += K * 8;                                                         \
     }                                                                                            \
     for (; i < (I1); i++, xr += j->lx, wr += K * 8) {                                            \
+        PREFETCH_ROW(xr)                                                                         \
         if (KC) {                                                                                \
             _Pragma("GCC unroll 8") for (int k = 0; k < KC; k++) TAP(xr + tk[k], wr + k * 8)     \
         } else {                                                                                 \
@@ -360,7 +363,15 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
         if (NV > 2) x2 = FULL ? _mm256_loadu_ps(xk + 16) : _mm256_maskload_ps(xk + 16, m2);  \
         R4(FMA)                                                                              \
     }
+#undef PREFETCH_ROW
+#define PREFETCH_ROW(XR)                                                                         \
+    if (KC == 0) {                                                                               \
+        _mm_prefetch((const char *)((XR) + PF_ROWS * j->lx), _MM_HINT_T0);                       \
+        _mm_prefetch((const char *)((XR) + PF_ROWS * j->lx + 16), _MM_HINT_T0);                  \
+    }
     TAP_LOOP(i0, i1)
+#undef PREFETCH_ROW
+#define PREFETCH_ROW(XR)
 #undef TAP
 #undef FMA
 #define PUT(r)                                                          \
