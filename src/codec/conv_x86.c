@@ -365,7 +365,7 @@ T2 INL void block256(const cd_conv_job *j, int ob, int h, int64_t t, int64_t n, 
     }
 #undef PREFETCH_ROW
 #define PREFETCH_ROW(XR)                                                                         \
-    if (KC == 0) {                                                                               \
+    if (KC == 0 && j->gemm) {                                                                    \
         _mm_prefetch((const char *)((XR) + PF_ROWS * j->lx), _MM_HINT_T0);                       \
         _mm_prefetch((const char *)((XR) + PF_ROWS * j->lx + 16), _MM_HINT_T0);                  \
     }
@@ -436,7 +436,8 @@ T2 INL void tile256(const cd_conv_job *j, int ob0, int nob, int64_t t0, int64_t 
             for (int64_t t = 0; t < full; t += 24) BLK(t, 24, 3, 1)
             if (rem > 16) BLK(full, rem, 3, 0)
             else if (rem > 8) BLK(full, rem, 2, rem == 16)
-            else if (rem == 8) block256x8(j, ob, t0 + full, KC, i0, i1, acc ? acc + full : NULL, first, last);
+            else if (rem == 8 && j->gemm) block256x8(j, ob, t0 + full, KC, i0, i1, acc ? acc + full : NULL, first, last);
+            else if (rem == 8) BLK(full, 8, 1, 1)
 #undef BLK
         }
     }

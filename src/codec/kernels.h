@@ -36,6 +36,8 @@ typedef struct cd_conv_job {
      * are reloaded, so each output is still one FMA chain in the reference's order */
     int kcb;
     float *acc;
+    int gemm; /* AVX2: the GEMM-era kernel choices (8-step remainders on 8 chains, row prefetch); 0: the
+               * earlier kernel (DRAMA_CODEC_GEMM=0) */
 } cd_conv_job;
 
 /* planted defects inside the SIMD loops (drama contract controls only); KC: the partial sums

@@ -387,7 +387,7 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
         xin = buf;
     }
     conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = row, .y = y, .snake = snake,
-                         .res = res, .plant = cv->plant, .w = cv->w},
+                         .res = res, .plant = cv->plant, .w = cv->w, .gemm = cv->gemm},
                    .isa = cv->isa, .simd = simd, .n_phase = 1};
     cr.j.toff = cr.toff;
     if (cv->transposed) {
