@@ -436,7 +436,8 @@ T2 INL void tile256(const cd_conv_job *j, int ob0, int nob, int64_t t0, int64_t 
             for (int64_t t = 0; t < full; t += 24) BLK(t, 24, 3, 1)
             if (rem > 16) BLK(full, rem, 3, 0)
             else if (rem > 8) BLK(full, rem, 2, rem == 16)
-            else if (rem == 8 && j->gemm) block256x8(j, ob, t0 + full, KC, i0, i1, acc ? acc + full : NULL, first, last);
+            else if (rem == 8 && j->gemm)
+                block256x8(j, ob, t0 + full, KC, i0, i1, acc ? acc + full : NULL, first, last);
             else if (rem == 8) BLK(full, 8, 1, 1)
 #undef BLK
         }
@@ -492,7 +493,8 @@ T2 void cd_attend_row_avx2(const float *q, const float *kT, int64_t ldk, const f
             a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, _mm256_loadu_ps(vp + 24)));
         }
         float l[32];
-        _mm256_storeu_ps(l, a0), _mm256_storeu_ps(l + 8, a1), _mm256_storeu_ps(l + 16, a2), _mm256_storeu_ps(l + 24, a3);
+        _mm256_storeu_ps(l, a0), _mm256_storeu_ps(l + 8, a1);
+        _mm256_storeu_ps(l + 16, a2), _mm256_storeu_ps(l + 24, a3);
         for (int d = 0; d < 32; d++) out[(int64_t)(d0 + d) * ldo] = l[d];
     }
     for (; d0 < hd; d0++) { /* the rest one dim at a time */

@@ -164,7 +164,8 @@ static void kt_rows(void *ctx, int64_t c0, int64_t n) {
 void cd_attend_ex(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev,
                   int64_t L, float *out, dr_pool *pool, int isa, int plant) {
     int64_t P = n_prev + L, Dq = (int64_t)cf->n_head * cf->head_dim;
-    float *kT = isa >= CD_ISA_AVX2 && cd_isa_supported(CD_ISA_AVX2) ? dr_alloc((size_t)(P * Dq + 1) * sizeof(float)) : NULL;
+    int simd = isa >= CD_ISA_AVX2 && cd_isa_supported(CD_ISA_AVX2);
+    float *kT = simd ? dr_alloc((size_t)(P * Dq + 1) * sizeof(float)) : NULL;
     if (kT) {
         kt_job kj = {k, kT, P, Dq};
         cd_par_blocks(pool, Dq, 16, 2.0 * (double)P, kt_rows, &kj);

@@ -410,12 +410,15 @@ int dr_bench_codec_main(int argc, char **argv) {
     printf("  output hash (FNV-1a): decode %016llx, encode codes %016llx\n",
            (unsigned long long)fnv(a, (size_t)frames * FL * 4),
            (unsigned long long)(enc ? fnv(enc, (size_t)e.frames * K * sizeof *enc) : 0));
-    if (!on_dev) printf("  whole decode by stage (wall time; %% of peak at this thread count), then the stream's (1 frame a call):\n");
+    if (!on_dev)
+        printf("  whole decode by stage (wall time; %% of peak at this thread count), then the stream's"
+               " (1 frame a call):\n");
     for (int i = 0; i < DR_CODEC_N_STAGES && !on_dev; i++) {
         double f = dr_codec_stage_flops_per_frame(codec, i) * (double)frames;
         if (prof[i] <= 0 && f <= 0) continue;
         char name[64];
-        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak | stream %8.1f ms %6.1f%% of peak\n",
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak"
+               " | stream %8.1f ms %6.1f%% of peak\n",
                dr_codec_stage_name(i, name, sizeof name), prof[i] * 1e3, 100.0 * prof[i] / whole.seconds,
                prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0,
                sprof[i] * 1e3, sprof[i] > 0 && peak > 0 ? 100.0 * f / sprof[i] / 1e9 / peak : 0.0);
@@ -427,7 +430,8 @@ int dr_bench_codec_main(int argc, char **argv) {
         char name[64];
         printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
                dr_codec_enc_stage_name(i, name, sizeof name), eprof[i] * 1e3, 100.0 * eprof[i] / e.seconds,
-               eprof[i] > 0 ? f / eprof[i] / 1e9 : 0.0, eprof[i] > 0 && peak > 0 ? 100.0 * f / eprof[i] / 1e9 / peak : 0.0);
+               eprof[i] > 0 ? f / eprof[i] / 1e9 : 0.0,
+               eprof[i] > 0 && peak > 0 ? 100.0 * f / eprof[i] / 1e9 / peak : 0.0);
     }
     double floor_s = peak > 0 ? frames * fd / (peak * 1e9) : 0;
     dr_bench_line("decode_floor", floor_s * 1e3, 1, "ms (decode FLOPs / peak)");
