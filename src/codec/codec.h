@@ -151,5 +151,15 @@ drama_status dr_codec_decode(const dr_codec *c, const int32_t *codes, int64_t n_
  * malloc'd array *codes (free()); taps as above (may be NULL). */
 drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n, int32_t **codes,
                              int64_t *n_frames, dr_codec_tap_fn tap, void *tap_ctx, drama_error *err);
+/* The same, adding wall seconds per encoder stage to seconds[DR_CODEC_N_ENC_STAGES] (NULL: off;
+ * `drama bench codec`): 0 input conv, 1 + 2b / 2 + 2b block b's residual units / Snake and
+ * downsampling conv, then the encoder transformer, Snake + output conv, downsample + ConvNeXt,
+ * pre_module, quantizer. dr_codec_enc_stage_name writes a stage's name. */
+#define DR_CODEC_N_ENC_STAGES (6 + 2 * DR_CODEC_MAX_RATES)
+drama_status dr_codec_encode_ex(const dr_codec *c, const float *samples, int64_t n, int32_t **codes,
+                                int64_t *n_frames, dr_codec_tap_fn tap, void *tap_ctx, double *seconds,
+                                drama_error *err);
+const char *dr_codec_enc_stage_name(int stage, char *buf, size_t len);
+double dr_codec_enc_stage_flops_per_frame(const dr_codec *c, int stage); /* encode FLOPs of one stage */
 
 #endif

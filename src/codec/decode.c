@@ -163,11 +163,14 @@ static drama_status next_buf(act *a, int64_t ch, int64_t len, drama_error *err) 
     return DRAMA_OK;
 }
 
-/* run conv cv on *a, replacing it by the output */
-static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *pool, drama_error *err) {
+/* run conv cv (after Snake sn_in, NULL: none) on *a, replacing it by the output */
+static drama_status conv_step(const cd_conv *cv, const cd_snake *sn_in, float **hist, act *a, dr_pool *pool,
+                              drama_error *err) {
     act o = {0};
     drama_status rc = next_buf(&o, cv->cout, cd_conv_out_len(cv, a->len), err);
-    if (!rc) rc = cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, o.x, pool, err);
+    if (!rc)
+        rc = sn_in ? cd_conv_run_snake_in(cv, cd_hist(hist, cv), a->x, a->len, o.x, sn_in, pool, err)
+                   : cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, o.x, pool, err);
     dr_free(a->x);
     *a = o;
     if (rc) dr_free(o.x), a->x = NULL;
@@ -185,8 +188,7 @@ static drama_status run_blocks(dr_codec_stream *s, int b, act *a, float *out, do
     float **hist = s->st.conv;
     drama_status rc = DRAMA_OK;
     if (b == cf->n_decoder_rates) {
-        cd_snake_run(&c->dec_snake, a->x, a->len, pool);
-        if (!(rc = conv_step(&c->dec_out, hist, a, pool, err))) cd_tanh(a->x, out, a->len, pool);
+        if (!(rc = conv_step(&c->dec_out, &c->dec_snake, hist, a, pool, err))) cd_tanh(a->x, out, a->len, pool);
         lap(s, DR_CODEC_N_STAGES - 1, t0);
         dr_free(a->x), a->x = NULL;
         return rc;
@@ -210,8 +212,7 @@ static drama_status run_blocks(dr_codec_stream *s, int b, act *a, float *out, do
         return rc;
     }
     int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
-    cd_snake_run(&db->snake, a->x, a->len, pool);
-    if ((rc = conv_step(&db->up, hist, a, pool, err))) return rc;
+    if ((rc = conv_step(&db->up, &db->snake, hist, a, pool, err))) return rc;
     lap(s, st, t0);
     for (int r = 0; r < cf->n_dilations && !rc; r++) rc = cd_ru_run(&db->ru[r], hist, a->x, a->len, pool, err);
     lap(s, st + 1, t0);
@@ -263,12 +264,12 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     if (s->tap) s->tap(s->tap_ctx, "z_post", a.x, Q, T);
     lap(s, 0, &t0);
     for (int i = 0; i < cf->n_down; i++) {
-        if ((rc = conv_step(&c->up[i], hist, &a, pool, err))) goto done;
+        if ((rc = conv_step(&c->up[i], NULL, hist, &a, pool, err))) goto done;
         if ((rc = cd_convnext_run(&c->up_cnx[i], hist, a.x, a.len, pool, err))) goto done;
     }
     if (s->tap) s->tap(s->tap_ctx, "z_up", a.x, (int)a.ch, a.len);
     lap(s, 1, &t0);
-    if ((rc = conv_step(&c->dec_in, hist, &a, pool, err))) goto done;
+    if ((rc = conv_step(&c->dec_in, NULL, hist, &a, pool, err))) goto done;
     lap(s, 2, &t0);
     rc = run_blocks(s, 0, &a, out, &t0, err);
 done:

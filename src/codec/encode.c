@@ -6,26 +6,58 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "codec/internal.h"
 #include "io/safetensors.h"
 #include "io/torchzip.h"
 
-#define ENC_CHUNK 32 /* frames per encoder call */
+#define ENC_CHUNK 32        /* frames per encoder call */
+#define ENC_SLICE_FRAMES 2  /* frames per slice through the high-rate blocks (front_blocks) */
+#define ENC_FRONT_STEPS 1024
 
 typedef struct act {
     float *x;
     int64_t ch, len;
 } act;
 
-static drama_status conv_step(const cd_conv *cv, float **hist, act *a, dr_pool *pool, drama_error *err) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the time since *t0 goes to stage `stage` of prof (when profiling), and *t0 moves on */
+static void lap(double *prof, int stage, double *t0) {
+    if (!prof) return;
+    double t = now_s();
+    prof[stage] += t - *t0;
+    *t0 = t;
+}
+
+const char *dr_codec_enc_stage_name(int stage, char *buf, size_t len) {
+    if (stage == 0) snprintf(buf, len, "input conv");
+    else if (stage < CD_ES_TF)
+        snprintf(buf, len, "block %d %s", (stage - 1) / 2, (stage - 1) % 2 ? "snake + downconv" : "residual units");
+    else if (stage == CD_ES_TF) snprintf(buf, len, "encoder transformer");
+    else if (stage == CD_ES_OUT) snprintf(buf, len, "snake + out conv");
+    else if (stage == CD_ES_QDOWN) snprintf(buf, len, "downsample + convnext");
+    else if (stage == CD_ES_PRE) snprintf(buf, len, "pre_module");
+    else snprintf(buf, len, "quantizer");
+    return buf;
+}
+
+/* conv (after Snake sn_in, NULL: none) on *a, replacing it by the output */
+static drama_status conv_step(const cd_conv *cv, const cd_snake *sn_in, float **hist, act *a, dr_pool *pool,
+                              drama_error *err) {
     int64_t len = cd_conv_out_len(cv, a->len);
     size_t bytes;
     float *y = NULL;
     if (!dr_mul_size((size_t)cv->cout * (size_t)len, sizeof(float), &bytes) || !(y = dr_alloc(bytes ? bytes : 4)))
         return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder activations)");
-    drama_status rc = cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, y, pool, err);
+    drama_status rc = sn_in ? cd_conv_run_snake_in(cv, cd_hist(hist, cv), a->x, a->len, y, sn_in, pool, err)
+                             : cd_conv_run(cv, cd_hist(hist, cv), a->x, a->len, y, pool, err);
     dr_free(a->x);
     a->x = y, a->ch = cv->cout, a->len = len;
     return rc;
@@ -55,39 +87,91 @@ static drama_status quantize(const dr_codec *c, float *z, int64_t T, int32_t *co
     return DRAMA_OK;
 }
 
-static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int32_t *codes,
-                                 dr_codec_tap_fn tap, void *tap_ctx, drama_error *err) {
-    const dr_codec_config *cf = &c->cfg;
+/* encoder blocks b0 .. b1-1 on *a (residual units, Snake + downsampling conv, transformer) */
+static drama_status run_blocks(const dr_codec *c, cd_state *st, act *a, int b0, int b1, double *prof, double *t0,
+                               drama_error *err) {
     dr_pool *pool = c->pool;
     float **hist = st->conv;
-    act a = {dr_alloc((size_t)L * sizeof(float)), 1, L};
-    if (!a.x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
-    memcpy(a.x, pcm, (size_t)L * sizeof(float));
-    drama_status rc = conv_step(&c->enc_in, hist, &a, pool, err);
-    for (int b = 0; !rc && b < cf->n_encoder_rates; b++) {
+    drama_status rc = DRAMA_OK;
+    for (int b = b0; !rc && b < b1; b++) {
         const cd_enc_block *eb = &c->enc[b];
-        for (int r = 0; !rc && r < cf->n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a.x, a.len, pool, err);
+        int sb = b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1;
+        for (int r = 0; !rc && r < c->cfg.n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a->x, a->len, pool, err);
+        lap(prof, CD_ES_RU(sb), t0);
         if (rc) break;
-        cd_snake_run(&eb->snake, a.x, a.len, pool);
-        if ((rc = conv_step(&eb->down, hist, &a, pool, err))) break;
+        if ((rc = conv_step(&eb->down, &eb->snake, hist, a, pool, err))) break;
+        lap(prof, CD_ES_DOWN(sb), t0);
         if (eb->has_tf) {
-            float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
+            float *y = dr_alloc((size_t)a->ch * a->len * sizeof(float));
             if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder transformer)");
-            else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a.x, a.len, y, pool, err);
-            dr_free(a.x);
-            a.x = y;
+            else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a->x, a->len, y, pool, err);
+            dr_free(a->x);
+            a->x = y;
+            lap(prof, CD_ES_TF, t0);
         }
     }
-    if (!rc) {
-        cd_snake_run(&c->enc_snake, a.x, a.len, pool);
-        rc = conv_step(&c->enc_out, hist, &a, pool, err);
+    return rc;
+}
+
+/* samples -> the input conv and blocks 0 .. nb-1 -> *a */
+static drama_status run_front(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int nb, act *a,
+                              double *prof, double *t0, drama_error *err) {
+    *a = (act){dr_alloc((size_t)L * sizeof(float)), 1, L};
+    if (!a->x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
+    memcpy(a->x, pcm, (size_t)L * sizeof(float));
+    drama_status rc = conv_step(&c->enc_in, NULL, st->conv, a, c->pool, err);
+    lap(prof, 0, t0);
+    return rc ? rc : run_blocks(c, st, a, 0, nb, prof, t0, err);
+}
+
+/* The leading blocks whose input has ENC_FRONT_STEPS steps per frame or more (no transformer):
+ * a chunk runs through them in slices of ENC_SLICE_FRAMES frames, each slice through all of them
+ * before the next, so their activations (16 MB a buffer at 32 frames) stay in the caches; every
+ * layer carries its history, so the values are those of one piece. */
+static int front_blocks(const dr_codec *c) {
+    int64_t steps = c->cfg.frame_length;
+    int nb = 0;
+    while (nb < c->cfg.n_encoder_rates && steps >= ENC_FRONT_STEPS && !c->enc[nb].has_tf)
+        steps /= c->enc[nb].down.stride, nb++;
+    return nb;
+}
+
+static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *pcm, int64_t L, int32_t *codes,
+                                 dr_codec_tap_fn tap, void *tap_ctx, double *prof, drama_error *err) {
+    const dr_codec_config *cf = &c->cfg;
+    dr_pool *pool = c->pool;
+    double t0 = prof ? now_s() : 0;
+    float **hist = st->conv;
+    int nf = front_blocks(c);
+    int64_t S = (int64_t)ENC_SLICE_FRAMES * cf->frame_length, div = 1;
+    for (int b = 0; b < nf; b++) div *= c->enc[b].down.stride;
+    act a = {0};
+    drama_status rc = DRAMA_OK;
+    if (nf > 0 && L > S) { /* whole frames per slice: every stride divides it */
+        int64_t ch = c->enc[nf - 1].down.cout, Lg = L / div;
+        if (!(a.x = dr_alloc((size_t)ch * Lg * sizeof(float))))
+            return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder activations)");
+        a.ch = ch, a.len = Lg;
+        for (int64_t s0 = 0; !rc && s0 < L; s0 += S) {
+            act p = {0};
+            rc = run_front(c, st, pcm + s0, L - s0 < S ? L - s0 : S, nf, &p, prof, &t0, err);
+            for (int64_t r = 0; !rc && r < ch; r++)
+                memcpy(a.x + r * Lg + s0 / div, p.x + r * p.len, (size_t)p.len * sizeof(float));
+            dr_free(p.x);
+        }
+    } else {
+        rc = run_front(c, st, pcm, L, nf, &a, prof, &t0, err);
     }
+    if (!rc) rc = run_blocks(c, st, &a, nf, cf->n_encoder_rates, prof, &t0, err);
+    if (!rc) rc = conv_step(&c->enc_out, &c->enc_snake, hist, &a, pool, err);
     if (!rc && tap) tap(tap_ctx, "z_enc", a.x, (int)a.ch, a.len);
+    lap(prof, CD_ES_OUT, &t0);
     for (int i = 0; !rc && i < cf->n_down; i++) {
-        if ((rc = conv_step(&c->down[i], hist, &a, pool, err))) break;
+        if ((rc = conv_step(&c->down[i], NULL, hist, &a, pool, err))) break;
         rc = cd_convnext_run(&c->down_cnx[i], hist, a.x, a.len, pool, err);
     }
     if (!rc && tap) tap(tap_ctx, "z_down", a.x, (int)a.ch, a.len);
+    lap(prof, CD_ES_QDOWN, &t0);
     if (!rc && cf->pre.n_layer > 0) {
         float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
         if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (pre_module)");
@@ -96,13 +180,20 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
         a.x = y;
     }
     if (!rc && tap) tap(tap_ctx, "z_pre", a.x, (int)a.ch, a.len);
+    lap(prof, CD_ES_PRE, &t0);
     if (!rc) rc = quantize(c, a.x, a.len, codes, err);
+    lap(prof, CD_ES_VQ, &t0);
     dr_free(a.x);
     return rc;
 }
 
 drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n, int32_t **codes_out, int64_t *n_frames,
                              dr_codec_tap_fn tap, void *tap_ctx, drama_error *err) {
+    return dr_codec_encode_ex(c, samples, n, codes_out, n_frames, tap, tap_ctx, NULL, err);
+}
+
+drama_status dr_codec_encode_ex(const dr_codec *c, const float *samples, int64_t n, int32_t **codes_out,
+                                int64_t *n_frames, dr_codec_tap_fn tap, void *tap_ctx, double *prof, drama_error *err) {
     *codes_out = NULL;
     *n_frames = 0;
     const dr_codec_config *cf = &c->cfg;
@@ -123,7 +214,7 @@ drama_status dr_codec_encode(const dr_codec *c, const float *samples, int64_t n,
         int64_t nf = T - f0 < ENC_CHUNK ? T - f0 : ENC_CHUNK, s0 = f0 * FL, have = n - s0 < nf * FL ? n - s0 : nf * FL;
         memcpy(buf, samples + s0, (size_t)have * sizeof(float));
         memset(buf + have, 0, (size_t)(nf * FL - have) * sizeof(float)); /* zero-pad the last frame */
-        rc = encode_chunk(c, &st, buf, nf * FL, codes + f0 * K, tap, tap_ctx, err);
+        rc = encode_chunk(c, &st, buf, nf * FL, codes + f0 * K, tap, tap_ctx, prof, err);
     }
     cd_state_free(&st);
     dr_free(buf);

@@ -68,26 +68,39 @@ double dr_codec_stage_flops_per_frame(const dr_codec *c, int stage) {
     return stage >= 0 && stage < DR_CODEC_N_STAGES ? st[stage] : 0;
 }
 
-double dr_codec_flops_per_frame(const dr_codec *c, int encode) {
+/* encode FLOPs per frame of each stage (DR_CODEC_N_ENC_STAGES, the stages of dr_codec_encode_ex) */
+static double encode_stage_flops(const dr_codec *c, double *stage) {
     const dr_codec_config *cf = &c->cfg;
-    double f = 0, s, st[DR_CODEC_N_STAGES];
-    if (!encode) return decode_stage_flops(c, st);
-    s = cf->frame_length; /* samples per frame */
-    f += conv_flops(&c->enc_in, &s);
+    double s = cf->frame_length, f = 0; /* samples per frame */
+    for (int i = 0; i < DR_CODEC_N_ENC_STAGES; i++) stage[i] = 0;
+    stage[0] = conv_flops(&c->enc_in, &s);
     for (int b = 0; b < cf->n_encoder_rates; b++) {
-        for (int r = 0; r < cf->n_dilations; r++) f += ru_flops(&c->enc[b].ru[r], s);
-        f += conv_flops(&c->enc[b].down, &s);
-        if (c->enc[b].has_tf) f += tf_flops(&c->enc[b].tf, s);
+        int sb = b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1;
+        for (int r = 0; r < cf->n_dilations; r++) stage[CD_ES_RU(sb)] += ru_flops(&c->enc[b].ru[r], s);
+        stage[CD_ES_DOWN(sb)] += conv_flops(&c->enc[b].down, &s);
+        if (c->enc[b].has_tf) stage[CD_ES_TF] += tf_flops(&c->enc[b].tf, s);
     }
-    f += conv_flops(&c->enc_out, &s);
+    stage[CD_ES_OUT] = conv_flops(&c->enc_out, &s);
     for (int i = 0; i < cf->n_down; i++) {
-        f += conv_flops(&c->down[i], &s);
-        f += cnx_flops(&c->down_cnx[i], s);
+        stage[CD_ES_QDOWN] += conv_flops(&c->down[i], &s);
+        stage[CD_ES_QDOWN] += cnx_flops(&c->down_cnx[i], s);
     }
-    f += tf_flops(&c->pre, s);
+    stage[CD_ES_PRE] = tf_flops(&c->pre, s);
     for (int k = 0; k < cf->num_codebooks; k++) {
         double one = s;
-        f += conv_flops(&c->vq[k].in_proj, &one) + 2.0 * c->vq[k].n * c->vq[k].dim * s;
+        stage[CD_ES_VQ] += conv_flops(&c->vq[k].in_proj, &one) + 2.0 * c->vq[k].n * c->vq[k].dim * s;
     }
+    for (int i = 0; i < DR_CODEC_N_ENC_STAGES; i++) f += stage[i];
     return f;
+}
+
+double dr_codec_enc_stage_flops_per_frame(const dr_codec *c, int stage) {
+    double st[DR_CODEC_N_ENC_STAGES];
+    encode_stage_flops(c, st);
+    return stage >= 0 && stage < DR_CODEC_N_ENC_STAGES ? st[stage] : 0;
+}
+
+double dr_codec_flops_per_frame(const dr_codec *c, int encode) {
+    double st[DR_CODEC_N_ENC_STAGES > DR_CODEC_N_STAGES ? DR_CODEC_N_ENC_STAGES : DR_CODEC_N_STAGES];
+    return encode ? encode_stage_flops(c, st) : decode_stage_flops(c, st);
 }

@@ -29,12 +29,26 @@ enum {
 #define DR_CS_CLAMP_N_SHIFT 24
 #define DR_CS_CLAMP_N_MASK (0xffull << DR_CS_CLAMP_N_SHIFT)
 
+/* encoder profile stages (dr_codec_encode_ex): 0 input conv, CD_ES_RU(b) / CD_ES_DOWN(b) block b */
+#define CD_ES_RU(b) (1 + 2 * (b))
+#define CD_ES_DOWN(b) (2 + 2 * (b))
+enum {
+    CD_ES_TF = 1 + 2 * DR_CODEC_MAX_RATES,
+    CD_ES_OUT,
+    CD_ES_QDOWN,
+    CD_ES_PRE,
+    CD_ES_VQ
+};
+
 #define CD_WPACK 8 /* output channels per packed weight block */
 
 /* Kernel instruction sets (kernels.h). cd_isa_best: the widest this CPU runs, or the one named by
  * DRAMA_CODEC_ISA (portable, avx2, avx512; one the CPU lacks falls back to the best it has). */
 enum { CD_ISA_PORTABLE, CD_ISA_AVX2, CD_ISA_AVX512, CD_ISA_COUNT };
 int cd_isa_best(void);
+/* AVX2 convs blocked as a GEMM (kernels.h), unless DRAMA_CODEC_GEMM=0 asks for the earlier
+ * kernel order (one contraction block, one weight block per task); either gives the same values */
+int cd_gemm_default(void);
 int cd_isa_supported(int isa);
 const char *cd_isa_name(int isa);
 
@@ -48,6 +62,8 @@ typedef struct cd_conv {
     int state;  /* index in the path's state table, -1 when hist == 0 */
     int isa;    /* CD_ISA_* kernels (cd_conv_init: cd_isa_best()) */
     int plant;  /* drama contract only: a planted defect in the SIMD loop (kernels.h), else 0 */
+    int gemm;   /* AVX2 GEMM blocking (kernels.h; cd_conv_init: cd_gemm_default()) */
+    int kcb, nob; /* drama contract only: forced contraction block and weight blocks per task, else 0 */
 } cd_conv;
 
 typedef struct cd_snake {
@@ -171,6 +187,10 @@ drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t
  * be y; res only for convs that are not transposed) */
 drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
                             const float *res, dr_pool *pool, drama_error *err);
+/* y = conv(snake(x)) with x left as it is: the Snake runs in the conv's input copy (same values
+ * as cd_snake_run on x, then cd_conv_run) */
+drama_status cd_conv_run_snake_in(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y,
+                                  const cd_snake *sn_in, dr_pool *pool, drama_error *err);
 int64_t cd_conv_out_len(const cd_conv *cv, int64_t L);
 void cd_snake_prepare(cd_snake *s, double eps); /* s->inv = 1 / (alpha + eps) in fp32 */
 void cd_snake_run(const cd_snake *s, float *x, int64_t L, dr_pool *pool);
@@ -201,6 +221,10 @@ void cd_rope_ct(float *qkv, int row0, const dr_codec_tf_config *cf, int64_t L, i
  * keys max(0, n_prev + t - W + 1) .. n_prev + t */
 void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
                float *out, dr_pool *pool);
+/* the same on instruction set isa (AVX2 and up: kernels.h cd_attend_row_avx2, the same values)
+ * with a planted defect for drama contract (0: none) */
+void cd_attend_ex(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev,
+                  int64_t L, float *out, dr_pool *pool, int isa, int plant);
 void cd_swiglu(float *g, const float *u, int64_t n, dr_pool *pool); /* g = silu(g) * u */
 /* transformer (transformer.c): x [dim][L] -> y [dim][L] */
 drama_status cd_tf_run(const cd_tf *tf, cd_kv *kv, const float *x, int64_t L, float *y, dr_pool *pool,

@@ -47,6 +47,15 @@ int cd_isa_best(void) {
     return best = b;
 }
 
+int cd_gemm_default(void) {
+    static int on = -1; /* the environment does not change while the process runs */
+    if (on < 0) {
+        const char *e = getenv("DRAMA_CODEC_GEMM");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
 void cd_pack_weights(const float *w, float *packed, int cout, int cin_g, int k) {
     int64_t row = (int64_t)cin_g * k;
     for (int o = 0; o < (cout + OB - 1) / OB * OB; o++)
@@ -60,7 +69,7 @@ float cd_weight_at(const float *packed, int cin_g, int k, int o, int i, int kk) 
 
 void cd_conv_init(cd_conv *cv, int cin, int cout, int k, int dil, int stride, int groups, int transposed) {
     *cv = (cd_conv){.cin = cin, .cout = cout, .k = k, .dil = dil, .stride = stride, .groups = groups,
-                    .transposed = transposed, .state = -1, .isa = cd_isa_best()};
+                    .transposed = transposed, .state = -1, .isa = cd_isa_best(), .gemm = cd_gemm_default()};
     if (transposed) {
         cv->hist = (k + stride - 1) / stride - 1; /* inputs that still reach the next outputs */
     } else {
@@ -203,6 +212,9 @@ typedef struct conv_run {
     int64_t toff[CD_MAX_TAPS];
     int64_t phase_len; /* floats of packed weights per phase */
     int64_t n_ob, n_tiles;
+    int nob;          /* weight blocks per task (AVX2 GEMM blocking; else 1) */
+    int64_t n_obg;    /* tasks per tile and phase: ceil(n_ob / nob) */
+    float *acc;       /* [workers][nob * 8][CD_TILE] partial sums (AVX2 with more than one contraction block) */
     /* SIMD: each worker copies the input columns of its tile into a contiguous panel of cin rows
      * of prow floats (one segment of columns per cluster of tap offsets), kept while its next
      * tasks are on the same tile */
@@ -245,6 +257,26 @@ static void plan_panel(conv_run *cr, int K, int64_t tw) {
     cr->prow = row % 1024 ? row : row + 16; /* rows 4 KB apart would share cache sets */
 }
 
+/* AVX2 GEMM blocking (kernels.h): input channels per contraction block such that the block's
+ * weights (8 outputs x K taps) and its input window for 24 steps (every panel segment) take
+ * about 24 KB of the 32 KB L1, split evenly; up to 4 weight blocks per task, fewer while the
+ * call would have under 4 tasks per thread */
+#define GEMM_L1 24576
+static void gemm_plan(conv_run *cr, const cd_conv *cv, int K, int nw) {
+    int64_t per_ch = (int64_t)OB * K * 4;
+    for (int g = 0; g < cr->n_seg; g++) per_ch += (cr->seg_len[g] + 24) * 4;
+    int64_t kcb = GEMM_L1 / per_ch, cin = cv->cin;
+    if (kcb < 8) kcb = 8;
+    if (kcb < cin) {
+        int64_t nblk = (cin + kcb - 1) / kcb;
+        kcb = (cin + nblk - 1) / nblk;
+    }
+    cr->j.kcb = (int)(cv->kcb > 0 ? cv->kcb : kcb < cin ? kcb : cin);
+    int nob = 4;
+    while (nob > 1 && cr->n_tiles * cr->n_phase * ((cr->n_ob + nob - 1) / nob) < 4 * (int64_t)nw) nob /= 2;
+    cr->nob = cv->nob > 0 ? cv->nob : nob;
+}
+
 static void pack_panel(const conv_run *cr, int64_t t0, int64_t nt, float *panel) {
     for (int i = 0; i < cr->j.cin; i++) {
         const float *src = cr->j.x + (int64_t)i * cr->j.lx + t0;
@@ -259,8 +291,9 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
     /* tile-major: a thread's contiguous run of tasks shares one input tile across phases and weight
      * blocks, so the tile is read from memory once and then from its cache (ob-major order read
      * every tile again for each weight block: from DRAM once activations outgrow the caches) */
-    int64_t per_tile = cr->n_ob * cr->n_phase, tile = idx / per_tile, rest = idx % per_tile;
-    int64_t q = rest / cr->n_ob, ob = rest % cr->n_ob;
+    int64_t per_tile = cr->n_obg * cr->n_phase, tile = idx / per_tile, rest = idx % per_tile;
+    int64_t q = rest / cr->n_obg, ob = rest % cr->n_obg * cr->nob;
+    int nob = cr->n_ob - ob < cr->nob ? (int)(cr->n_ob - ob) : cr->nob;
     cd_conv_job j = cr->j;
     j.w += q * cr->phase_len;
     j.yoff = q;
@@ -269,8 +302,9 @@ static void conv_task(void *ctx, int64_t idx, int worker) {
         float *panel = cr->panel + (int64_t)worker * cr->j.cin * cr->prow;
         if (cr->tile_of[worker] != tile) pack_panel(cr, t0, nt, panel), cr->tile_of[worker] = tile;
         j.x = panel, j.lx = cr->prow, j.toff = cr->ptoff, j.xt0 = t0;
+        if (cr->acc) j.acc = cr->acc + (int64_t)worker * cr->nob * OB * CD_TILE;
         if (cr->isa == CD_ISA_AVX512) cd_conv_tile_avx512(&j, (int)ob, t0, nt);
-        else if (cr->isa == CD_ISA_AVX2) cd_conv_tile_avx2(&j, (int)ob, t0, nt);
+        else if (cr->isa == CD_ISA_AVX2) cd_conv_tile_avx2(&j, (int)ob, nob, t0, nt);
     } else if (j.stride == 1 && j.groups == 1) {
         conv_block_s1(&j, (int)ob, t0, nt);
     } else if (j.groups == 1) {
@@ -306,7 +340,23 @@ static void pad_rows(void *ctx, int64_t i0, int64_t n) {
             else memcpy(br + h, xr, (size_t)j->L * sizeof(float));
             continue;
         }
-        for (int64_t c = 0; c < j->lx; c++) br[c % s * lp + c / s] = c < h ? hr[c] : xr[c - h];
+        /* column c goes to phase c % s, place c / s: counters instead of divisions; x through
+         * Snake in pieces of 256 (sn_in: a value does not depend on the piece it is in) */
+        int64_t p = 0, q = 0;
+        for (int64_t c = 0; c < h; c++) {
+            br[p * lp + q] = hr[c];
+            if (++p == s) p = 0, q++;
+        }
+        float tmpv[256];
+        for (int64_t c0 = 0; c0 < j->L; c0 += 256) {
+            int64_t np = j->L - c0 < 256 ? j->L - c0 : 256;
+            const float *src = xr + c0;
+            if (j->sn_in) snake_row(j->sn_in, i, src, tmpv, np), src = tmpv;
+            for (int64_t e = 0; e < np; e++) {
+                br[p * lp + q] = src[e];
+                if (++p == s) p = 0, q++;
+            }
+        }
         for (int64_t c = j->lx; c < s * lp; c++) br[c % s * lp + c / s] = 0.0f; /* never read */
     }
 }
@@ -328,7 +378,6 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
     int64_t lp = phased ? (lx + s - 1) / s : lx, row = phased ? s * lp : lx;
     const float *xin = x;
     float *buf = NULL;
-    if (sn_in && phased) return dr_fail(err, DRAMA_EINTERNAL, "codec: input Snake on a strided conv");
     if (cv->hist > 0 || phased || sn_in) {
         size_t bytes;
         if (!dr_mul_size((size_t)cv->cin * (size_t)row, sizeof(float), &bytes) || !(buf = dr_alloc(bytes)))
@@ -338,7 +387,7 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
         xin = buf;
     }
     conv_run cr = {.j = {.b = cv->b, .cin = cv->cin, .cout = cv->cout, .x = xin, .lx = row, .y = y, .snake = snake,
-                         .res = res, .plant = cv->plant, .w = cv->w},
+                         .res = res, .plant = cv->plant, .w = cv->w, .gemm = cv->gemm},
                    .isa = cv->isa, .simd = simd, .n_phase = 1};
     cr.j.toff = cr.toff;
     if (cv->transposed) {
@@ -358,19 +407,25 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
     }
     cr.n_tiles = (cr.j.ly + CD_TILE - 1) / CD_TILE;
     cr.n_ob = (cv->cout + OB - 1) / OB;
+    cr.nob = 1;
+    int nw = dr_pool_threads(pool);
     if (simd) {
         plan_panel(&cr, K, cr.j.ly < CD_TILE ? cr.j.ly : CD_TILE); /* short calls: short rows */
-        int nw = dr_pool_threads(pool);
-        size_t pb;
+        if (cr.isa == CD_ISA_AVX2 && cv->gemm) gemm_plan(&cr, cv, K, nw);
+        size_t pb, ab = 0;
+        int blocked = cr.j.kcb > 0 && cr.j.kcb < cv->cin;
         if (!dr_mul_size((size_t)nw * (size_t)cv->cin, (size_t)cr.prow * sizeof(float), &pb) ||
-            !(cr.panel = dr_alloc(pb)) || !(cr.tile_of = malloc((size_t)nw * sizeof *cr.tile_of))) {
-            dr_free(cr.panel), dr_free(buf);
+            !dr_mul_size((size_t)nw * (size_t)cr.nob, (size_t)OB * CD_TILE * sizeof(float), &ab) ||
+            !(cr.panel = dr_alloc(pb)) || !(cr.tile_of = malloc((size_t)nw * sizeof *cr.tile_of)) ||
+            (blocked && !(cr.acc = dr_alloc(ab)))) {
+            dr_free(cr.panel), free(cr.tile_of), dr_free(buf);
             return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (conv panels)");
         }
         for (int w = 0; w < nw; w++) cr.tile_of[w] = -1;
     }
-    dr_pool_run(pool, cr.n_phase * cr.n_ob * cr.n_tiles, conv_task, &cr);
-    dr_free(cr.panel), free(cr.tile_of);
+    cr.n_obg = (cr.n_ob + cr.nob - 1) / cr.nob;
+    dr_pool_run(pool, cr.n_phase * cr.n_obg * cr.n_tiles, conv_task, &cr);
+    dr_free(cr.panel), free(cr.tile_of), dr_free(cr.acc);
     if (cv->hist > 0) { /* keep the last hist input columns for the next call */
         for (int i = 0; i < cv->cin; i++) {
             const float *br = buf + (int64_t)i * row;
@@ -385,6 +440,11 @@ static drama_status conv_exec(const cd_conv *cv, float *hist, const float *x, in
 drama_status cd_conv_run_ex(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, const cd_snake *snake,
                             const float *res, dr_pool *pool, drama_error *err) {
     return conv_exec(cv, hist, x, L, y, NULL, snake, res, pool, err);
+}
+
+drama_status cd_conv_run_snake_in(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y,
+                                  const cd_snake *sn_in, dr_pool *pool, drama_error *err) {
+    return conv_exec(cv, hist, x, L, y, sn_in, NULL, NULL, pool, err);
 }
 
 drama_status cd_conv_run(const cd_conv *cv, float *hist, const float *x, int64_t L, float *y, dr_pool *pool,

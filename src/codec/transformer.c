@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "codec/internal.h"
+#include "codec/kernels.h"
 
 static float bf16_round(float x) {
     uint32_t u;
@@ -100,6 +101,8 @@ typedef struct attn_job {
     const float *k, *v; /* [n_prev + L][Dq] */
     int64_t n_prev, L;
     float *out;      /* [Dq][L] */
+    const float *kT; /* AVX2: the keys transposed [Dq][n_prev + L], else NULL */
+    int plant;       /* drama contract only (kernels.h CD_PLANT_TAP), else 0 */
 } attn_job;
 
 static void attn_task(void *ctx, int64_t idx, int worker) {
@@ -116,6 +119,13 @@ static void attn_task(void *ctx, int64_t idx, int worker) {
     if (!sc || hd > 512) { /* cannot happen for sane configs (checked at load); keep output defined */
         free(sc);
         for (int d = 0; d < hd; d++) j->out[(int64_t)(h * hd + d) * j->L + t] = 0.0f;
+        return;
+    }
+    if (j->kT) {
+        int64_t P = j->n_prev + j->L;
+        cd_attend_row_avx2(q, j->kT + (int64_t)h * hd * P, P, j->v + h * hd, Dq, first, last, hd, scale, sc,
+                           j->out + (int64_t)h * hd * j->L + t, j->L, j->plant);
+        free(sc);
         return;
     }
     float mx = -INFINITY;
@@ -139,10 +149,35 @@ static void attn_task(void *ctx, int64_t idx, int worker) {
     free(sc);
 }
 
+typedef struct kt_job {
+    const float *k;
+    float *kT;
+    int64_t P, Dq;
+} kt_job;
+
+static void kt_rows(void *ctx, int64_t c0, int64_t n) {
+    const kt_job *j = ctx;
+    for (int64_t c = c0; c < c0 + n; c++)
+        for (int64_t p = 0; p < j->P; p++) j->kT[c * j->P + p] = j->k[p * j->Dq + c];
+}
+
+void cd_attend_ex(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev,
+                  int64_t L, float *out, dr_pool *pool, int isa, int plant) {
+    int64_t P = n_prev + L, Dq = (int64_t)cf->n_head * cf->head_dim;
+    int simd = isa >= CD_ISA_AVX2 && cd_isa_supported(CD_ISA_AVX2);
+    float *kT = simd ? dr_alloc((size_t)(P * Dq + 1) * sizeof(float)) : NULL;
+    if (kT) {
+        kt_job kj = {k, kT, P, Dq};
+        cd_par_blocks(pool, Dq, 16, 2.0 * (double)P, kt_rows, &kj);
+    }
+    attn_job aj = {cf, q, k, v, n_prev, L, out, kT, plant}; /* no memory for kT: the portable loop */
+    dr_pool_run(pool, L * cf->n_head, attn_task, &aj);
+    dr_free(kT);
+}
+
 void cd_attend(const dr_codec_tf_config *cf, const float *q, const float *k, const float *v, int64_t n_prev, int64_t L,
                float *out, dr_pool *pool) {
-    attn_job aj = {cf, q, k, v, n_prev, L, out};
-    dr_pool_run(pool, L * cf->n_head, attn_task, &aj);
+    cd_attend_ex(cf, q, k, v, n_prev, L, out, pool, cd_isa_best(), 0);
 }
 
 typedef struct glu_job {

@@ -133,12 +133,20 @@ static double cpuinfo(char *vendor, size_t vlen, int *family) {
     return mhz;
 }
 
+/* FNV-1a of n bytes: the bench's output hash (any kernel order or thread count gives the same) */
+static uint64_t fnv(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 static int usage(FILE *f) {
     fprintf(f, "usage: drama bench codec [--frames N] [--threads T] [--no-encode] [--fma-units U] [--lanes L] [--clock-ghz G]\n"
                "  The codec at the real size with random weights: whole decode, streaming one frame per call,\n"
                "  encode; frames/s, x real time, GFLOP/s and %% of the fp32 FMA peak (cores x FMA units x\n"
                "  lanes x 2 x clock: measured, cpuinfo's when the probe is implausible, or --clock-ghz G),\n"
-               "  GFLOP per CPU-second against one core's peak, and the whole decode by stage.\n"
+               "  GFLOP per CPU-second against one core's peak, and the whole decode and the encode by stage.\n"
                "  --frames N (default 32)  --threads T (default: all CPUs)\n"
                "  DRAMA_CODEC_ISA=portable|avx2 runs a narrower kernel than the CPU's best.\n"
                "  --backend cpu|cuda|auto [--device N]: cuda decodes on the GPU (docs/cuda.md) after a warm-up, adds\n"
@@ -315,7 +323,7 @@ int dr_bench_codec_main(int argc, char **argv) {
     printf("  %-24s %6s %9s %9s %8s %9s %8s %8s %8s\n", "mode", "frames", "seconds", "frames/s", "x RT", "GFLOP/s",
            "of peak", "CPU s", "per CPU");
     row whole = {"decode whole", (double)frames, 0, 0}, stream = {"decode stream, 1/call", (double)frames, 0, 0};
-    double prof[DR_CODEC_N_STAGES] = {0}, c0;
+    double prof[DR_CODEC_N_STAGES] = {0}, sprof[DR_CODEC_N_STAGES] = {0}, c0;
     if (dr_codec_stream_create(codec, &s, &err)) {
         fprintf(stderr, "drama bench codec: %s\n", err.message);
         goto done;
@@ -333,7 +341,7 @@ int dr_bench_codec_main(int argc, char **argv) {
     }
     whole.seconds = dr_bench_now() - t0, whole.cpu_s = dr_bench_cpu_s() - c0;
     print_row(&whole, rate, fd, peak, core_peak);
-    dr_codec_stream_set_profile(s, NULL);
+    dr_codec_stream_set_profile(s, on_dev ? NULL : sprof);
     dr_codec_stream_reset(s);
     t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
     for (int64_t f = 0; f < frames; f++)
@@ -342,6 +350,7 @@ int dr_bench_codec_main(int argc, char **argv) {
             goto done;
         }
     stream.seconds = dr_bench_now() - t0, stream.cpu_s = dr_bench_cpu_s() - c0;
+    dr_codec_stream_set_profile(s, NULL);
     print_row(&stream, rate, fd, peak, core_peak);
     int same = !memcmp(a, b, (size_t)frames * FL * 4);
     /* the first streamed chunk of a request (DR_STREAM_FIRST_CHUNK = 4 frames) on a fresh stream:
@@ -384,26 +393,45 @@ int dr_bench_codec_main(int argc, char **argv) {
                where, mx, sqrt(ss / (double)(frames * FL)), big, big > 0 ? mx / big : 0.0, nan ? "YES" : "no");
         printf("  whole decode: %s %.2f x faster than cpu\n", where, t_cpu / whole.seconds);
     }
+    double eprof[DR_CODEC_N_ENC_STAGES] = {0};
+    row e = {"encode", 0, 0, 0};
     if (encode) {
         int64_t T;
         t0 = dr_bench_now(), c0 = dr_bench_cpu_s();
-        if (dr_codec_encode(codec, a, frames * FL, &enc, &T, NULL, NULL, &err)) {
+        if (dr_codec_encode_ex(codec, a, frames * FL, &enc, &T, NULL, NULL, eprof, &err)) {
             fprintf(stderr, "drama bench codec: %s\n", err.message);
             goto done;
         }
-        row e = {"encode", (double)T, dr_bench_now() - t0, 0};
+        e.frames = (double)T, e.seconds = dr_bench_now() - t0;
         e.cpu_s = dr_bench_cpu_s() - c0;
         print_row(&e, rate, fe, peak, core_peak);
     }
     printf("  streaming == whole decode (bitwise): %s\n", same ? "yes" : "NO");
-    if (!on_dev) printf("  whole decode by stage (wall time; %% of peak at this thread count):\n");
+    printf("  output hash (FNV-1a): decode %016llx, encode codes %016llx\n",
+           (unsigned long long)fnv(a, (size_t)frames * FL * 4),
+           (unsigned long long)(enc ? fnv(enc, (size_t)e.frames * K * sizeof *enc) : 0));
+    if (!on_dev)
+        printf("  whole decode by stage (wall time; %% of peak at this thread count), then the stream's"
+               " (1 frame a call):\n");
     for (int i = 0; i < DR_CODEC_N_STAGES && !on_dev; i++) {
         double f = dr_codec_stage_flops_per_frame(codec, i) * (double)frames;
         if (prof[i] <= 0 && f <= 0) continue;
         char name[64];
-        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak"
+               " | stream %8.1f ms %6.1f%% of peak\n",
                dr_codec_stage_name(i, name, sizeof name), prof[i] * 1e3, 100.0 * prof[i] / whole.seconds,
-               prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0);
+               prof[i] > 0 ? f / prof[i] / 1e9 : 0.0, prof[i] > 0 && peak > 0 ? 100.0 * f / prof[i] / 1e9 / peak : 0.0,
+               sprof[i] * 1e3, sprof[i] > 0 && peak > 0 ? 100.0 * f / sprof[i] / 1e9 / peak : 0.0);
+    }
+    if (encode && !on_dev) printf("  encode by stage (wall time; %% of peak at this thread count):\n");
+    for (int i = 0; i < DR_CODEC_N_ENC_STAGES && encode && !on_dev; i++) {
+        double f = dr_codec_enc_stage_flops_per_frame(codec, i) * e.frames;
+        if (eprof[i] <= 0 && f <= 0) continue;
+        char name[64];
+        printf("    %-26s %8.1f ms %5.1f%% of the time %9.1f GFLOP/s %6.1f%% of peak\n",
+               dr_codec_enc_stage_name(i, name, sizeof name), eprof[i] * 1e3, 100.0 * eprof[i] / e.seconds,
+               eprof[i] > 0 ? f / eprof[i] / 1e9 : 0.0,
+               eprof[i] > 0 && peak > 0 ? 100.0 * f / eprof[i] / 1e9 / peak : 0.0);
     }
     double floor_s = peak > 0 ? frames * fd / (peak * 1e9) : 0;
     dr_bench_line("decode_floor", floor_s * 1e3, 1, "ms (decode FLOPs / peak)");

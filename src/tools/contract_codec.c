@@ -19,7 +19,10 @@ enum { K_CONV, K_STRIDED, K_GROUPED, K_TRANSPOSED, K_SNAKE, K_LN, K_RMS, K_ROPE,
        K_ATTEND, K_SWIGLU, K_TANH, K_VQ, K_GELU, K_FUSED, K_COUNT };
 /* variant = kernel | instruction set << 8 (CD_ISA_*: the SIMD entries of the conv and Snake kernels) */
 #define KV(k) ((k)->variant & 0xff)
-#define KISA(k) ((k)->variant >> 8)
+#define KISA(k) ((k)->variant >> 8 & 0xf)
+/* variant bit 12: the AVX2 GEMM blocking forced small (contraction blocks of 3 input channels, 3
+ * weight blocks per task), so every shape runs several blocks with partial sums carried */
+#define KGEMM(k) ((k)->variant >> 12 & 1)
 static const char *const k_names[K_COUNT] = {
     "codec.conv1d", "codec.conv_strided", "codec.conv_grouped", "codec.conv_transposed", "codec.snake",
     "codec.layernorm", "codec.rms_norm", "codec.rope", "codec.rope_f32", "codec.attend", "codec.swiglu",
@@ -42,7 +45,7 @@ static const char *const k_precision[K_COUNT] = {
     "r + snake(conv1d): tol = 2(|1 + inv a sin(2 a v)| tol_conv + tol_snake(v) + u|y|); chunked run == whole"};
 
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
-       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF, CC_SIMD_TAP, CC_SIMD_PARITY };
+       CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF, CC_SIMD_TAP, CC_SIMD_PARITY, CC_SIMD_KC };
 
 enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
 static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
@@ -106,8 +109,8 @@ static void conv_ref(const conv_geo *g, const float *w, const float *b, const fl
 
 /* The library conv (with a planted defect when control != 0) over x in chunks of chunk[i]
  * input steps (times the stride; NULL: one call), from zero history; y [cout][Lo]. */
-static void conv_lib(const conv_geo *g, int control, int isa, const cd_snake *sn, const float *resid, const float *w,
-                     float *b, const float *x, const int *chunk, int n_chunk, float *y, dr_pool *pool) {
+static void conv_lib(const conv_geo *g, int control, int isa, int gemm, const cd_snake *sn, const float *resid,
+                     const float *w, float *b, const float *x, const int *chunk, int n_chunk, float *y, dr_pool *pool) {
     int K = g->k, s = g->stride;
     int64_t wn = (int64_t)g->cout * (g->cin / g->groups) * K, Lo = conv_out_len(g);
     float *wp = fvec(wn);
@@ -125,6 +128,9 @@ static void conv_lib(const conv_geo *g, int control, int isa, const cd_snake *sn
     cd_conv_init(&cv, g->cin, g->cout, K, g->dil + (control == CC_DIL), s, g->groups, g->transposed);
     cv.isa = isa;
     cv.plant = control == CC_SIMD_TAP ? CD_PLANT_TAP : 0; /* planted inside the SIMD loop */
+    if (control == CC_SIMD_KC) cv.plant = CD_PLANT_KC;     /* planted inside the blocked SIMD loop */
+    if (gemm == 1) cv.gemm = 1, cv.kcb = 3, cv.nob = 3; /* forced small blocks */
+    if (gemm == 2) cv.gemm = 0;                          /* the unblocked kernel order */
     float *packed = dr_alloc((size_t)cd_conv_weight_len(&cv) * sizeof(float));
     float *hist = calloc((size_t)g->cin * (size_t)cv.hist + 1, sizeof(float));
     float *xc = fvec((int64_t)g->cin * g->L), *yc = fvec((int64_t)g->cout * Lo);
@@ -165,7 +171,7 @@ static void conv_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     if (kind == X_NONFINITE) x[(int64_t)(g->cin / 2) * g->L + g->L / 2] = NAN, x[g->L - 1] = INFINITY;
     conv_ref(g, w, b, x, ref, tol, alt);
     ct_poison(y, no);
-    conv_lib(g, k->control, KISA(k), NULL, NULL, w, b, x, NULL, 0, y, pool);
+    conv_lib(g, k->control, KISA(k), KGEMM(k), NULL, NULL, w, b, x, NULL, 0, y, pool);
     char name[128];
     snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d s=%d g=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k,
              g->dil, g->stride, g->groups, (long long)g->L);
@@ -174,9 +180,16 @@ static void conv_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     /* the history carry: chunks of 1, 3, 8, 2, 13 (x stride) steps give the whole run exactly */
     for (int64_t i = 0; i < no; i++) whole[i] = y[i], zero[i] = 0;
     ct_poison(yc, no);
-    conv_lib(g, k->control, KISA(k), NULL, NULL, w, b, x, chunks, 5, yc, pool);
-    snprintf(name + strlen(name), sizeof name - strlen(name), " chunked");
+    conv_lib(g, k->control, KISA(k), KGEMM(k), NULL, NULL, w, b, x, chunks, 5, yc, pool);
+    size_t nl = strlen(name);
+    snprintf(name + nl, sizeof name - nl, " chunked");
     ct_compare(res, name, yc, whole, zero, no);
+    if (KGEMM(k)) { /* blocked == unblocked, bit for bit: the same FMA chains */
+        ct_poison(yc, no);
+        conv_lib(g, 0, KISA(k), 2, NULL, NULL, w, b, x, NULL, 0, yc, pool);
+        snprintf(name + nl, sizeof name - nl, " == unblocked");
+        ct_compare(res, name, yc, whole, zero, no);
+    }
     free(w), free(b), free(x), free(y), free(yc), free(alt), free(ref), free(tol), free(whole), free(zero);
 }
 
@@ -240,7 +253,7 @@ static void fused_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     sn.isa = KISA(k);
     sn.plant = k->control == CC_SIMD_PARITY ? CD_PLANT_PARITY : 0; /* planted inside the conv's SIMD epilogue */
     ct_poison(y, no);
-    conv_lib(g, k->control, KISA(k), &sn, r, w, b, x, NULL, 0, y, pool);
+    conv_lib(g, k->control, KISA(k), KGEMM(k), &sn, r, w, b, x, NULL, 0, y, pool);
     char name[128];
     snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k, g->dil,
              (long long)g->L);
@@ -248,9 +261,16 @@ static void fused_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
     for (int64_t i = 0; i < no; i++) whole[i] = y[i], zero[i] = 0;
     ct_poison(yc, no);
-    conv_lib(g, k->control, KISA(k), &sn, r, w, b, x, chunks, 5, yc, pool);
-    snprintf(name + strlen(name), sizeof name - strlen(name), " chunked");
+    conv_lib(g, k->control, KISA(k), KGEMM(k), &sn, r, w, b, x, chunks, 5, yc, pool);
+    size_t nl = strlen(name);
+    snprintf(name + nl, sizeof name - nl, " chunked");
     ct_compare(res, name, yc, whole, zero, no);
+    if (KGEMM(k)) { /* blocked == unblocked, bit for bit: the same FMA chains */
+        ct_poison(yc, no);
+        conv_lib(g, 0, KISA(k), 2, &sn, r, w, b, x, NULL, 0, yc, pool);
+        snprintf(name + nl, sizeof name - nl, " == unblocked");
+        ct_compare(res, name, yc, whole, zero, no);
+    }
     free(w), free(b), free(x), free(r), free(y), free(yc), free(alt), free(alpha), free(inv);
     free(ref), free(tol), free(whole), free(zero);
 }
@@ -519,7 +539,7 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
     dr_codec_tf_config cf = {.n_head = H, .head_dim = hd, .window_size = W};
     if (k->control == CC_WIDE) cf.window_size = W + 1; /* planted: one key too many */
     ct_poison(out, no);
-    cd_attend(&cf, q, kk, vv, n_prev, L, out, pool);
+    cd_attend_ex(&cf, q, kk, vv, n_prev, L, out, pool, KISA(k), k->control == CC_SIMD_TAP ? CD_PLANT_TAP : 0);
     char name[96];
     snprintf(name, sizeof name, "%s heads=%d hd=%d W=%d cached=%lld L=%lld", x_kind[kind], H, hd, W,
              (long long)n_prev, (long long)L);
@@ -794,7 +814,7 @@ static double time_codec(const ct_kernel *k, ct_ctx *ctx) {
         case K_LN: cd_layernorm_ct(c, 1024, 64, a, b, 1e-6, ctx->pool); break;
         case K_RMS: cd_rmsnorm_ct(c, d, 1024, 64, a, 1e-5, ctx->pool); break;
         case K_ROPE: case K_ROPE_F32: cd_rope_ct(c, 0, &cf, 64, 1000, ctx->pool); break;
-        case K_ATTEND: cd_attend(&cf, a, c, d, 127, 16, b, ctx->pool); break;
+        case K_ATTEND: cd_attend_ex(&cf, a, c, d, 127, 16, b, ctx->pool, KISA(k), 0); break;
         case K_SWIGLU: cd_swiglu(c, d, 3072 * 16, ctx->pool); break;
         case K_TANH: cd_tanh(c, d, 32768, ctx->pool); break;
         case K_GELU: cd_gelu_erf(c, 32768, ctx->pool); break;
@@ -842,23 +862,31 @@ static const char *no_avx512(char *why, size_t n) {
 }
 
 /* the kernels with SIMD paths (conv_x86.c), each entry once per instruction set */
-static const int k_simd[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_SNAKE, K_FUSED};
+static const int k_simd[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_SNAKE, K_FUSED, K_ATTEND};
 static const char *const isa_backend[CD_ISA_COUNT] = {"cpu", "cpu/avx2", "cpu/avx512"};
 static const char *const isa_control[CD_ISA_COUNT] = {"cpu/control", "cpu/avx2/control", "cpu/avx512/control"};
+/* the convs through the AVX2 GEMM blocking, forced to small blocks */
+static const int k_gemm[] = {K_CONV, K_STRIDED, K_TRANSPOSED, K_FUSED};
 
-static ct_kernel entry(int v, int isa, int control, const char *desc) {
-    return (ct_kernel){.name = k_names[v], .backend = control ? isa_control[isa] : isa_backend[isa],
+static ct_kernel entry_ex(int v, int isa, int gemm, int control, const char *desc) {
+    return (ct_kernel){.name = k_names[v],
+                       .backend = gemm ? (control ? "cpu/avx2/gemm/control" : "cpu/avx2/gemm")
+                                       : control ? isa_control[isa] : isa_backend[isa],
                        .precision = k_precision[v], .check = k_check(v), .time = control ? NULL : time_codec,
                        .time_shape = control ? NULL : k_time_shape[v], .limit_ms = control ? 0 : k_limit_ms[v],
-                       .variant = v | isa << 8, .control = control, .control_desc = desc,
+                       .variant = v | isa << 8 | gemm << 12, .control = control, .control_desc = desc,
                        .unavailable = isa == CD_ISA_AVX2 ? no_avx2 : isa == CD_ISA_AVX512 ? no_avx512 : NULL};
 }
+
+static ct_kernel entry(int v, int isa, int control, const char *desc) { return entry_ex(v, isa, 0, control, desc); }
 
 int ct_codec_kernels(ct_kernel *out, int max) {
     int n = 0;
     for (int v = 0; v < K_COUNT && n < max; v++) out[n++] = entry(v, CD_ISA_PORTABLE, 0, NULL);
     for (int isa = CD_ISA_AVX2; isa < CD_ISA_COUNT; isa++)
         for (size_t i = 0; i < sizeof k_simd / sizeof k_simd[0] && n < max; i++) out[n++] = entry(k_simd[i], isa, 0, NULL);
+    for (size_t i = 0; i < sizeof k_gemm / sizeof k_gemm[0] && n < max; i++)
+        out[n++] = entry_ex(k_gemm[i], CD_ISA_AVX2, 1, 0, NULL);
     return n;
 }
 
@@ -895,8 +923,19 @@ int ct_codec_controls(ct_kernel *out, int max) {
         {K_SNAKE, CC_SIMD_PARITY, "vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_PARITY, "fused Snake's vector sine with sin and cos quadrants swapped"},
         {K_FUSED, CC_SIMD_TAP, "SIMD loop drops the first input's last tap"},
+        {K_ATTEND, CC_SIMD_TAP, "SIMD scores drop the last dim of the dot product"},
     };
     for (int isa = CD_ISA_AVX2; isa < CD_ISA_COUNT; isa++)
         for (size_t i = 0; i < sizeof sc / sizeof sc[0] && n < max; i++) out[n++] = entry(sc[i].v, isa, sc[i].control, sc[i].desc);
+    /* inside the blocked loop: the partial sums dropped between contraction blocks, a tap left out */
+    const struct { int v, control; const char *desc; } gc[] = {
+        {K_CONV, CC_SIMD_KC, "blocked SIMD loop restarts the sums at the second contraction block"},
+        {K_STRIDED, CC_SIMD_KC, "blocked SIMD loop restarts the sums at the second contraction block"},
+        {K_TRANSPOSED, CC_SIMD_KC, "blocked SIMD loop restarts the sums at the second contraction block"},
+        {K_FUSED, CC_SIMD_KC, "blocked SIMD loop restarts the sums at the second contraction block"},
+        {K_CONV, CC_SIMD_TAP, "blocked SIMD loop drops the first input's last tap"},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0] && n < max; i++)
+        out[n++] = entry_ex(gc[i].v, CD_ISA_AVX2, 1, gc[i].control, gc[i].desc);
     return n;
 }
