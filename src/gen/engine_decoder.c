@@ -14,7 +14,10 @@
  * of its short products. So the decoder thread lowers its own priority (nice +DECODE_NICE, only
  * this thread) and starts its pool from there, so its workers inherit it: it runs on what the
  * language model leaves (its workers' idle polls yield, the sampler's gaps), the rest after the
- * last frame at full speed (nothing else runs then). DRAMA_DECODE_NICE=0: the old equal share. */
+ * last frame at full speed (nothing else runs then). DRAMA_DECODE_NICE=0: the old equal share.
+ * While a feed runs, the language model's pool is told (dr_pool_yield_to) that its idle workers
+ * should yield their core; between feeds they poll without yielding and answer the next product
+ * at once. The decoder's own pool always yields (it is the background work). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -49,6 +52,7 @@ struct dr_decoder {
     drama_error err;
     dr_codec_stream *stream;
     dr_pool *pool;       /* started by the decoder thread (its priority); never NULL once it runs */
+    dr_pool *lm;         /* the language model's pool (dr_pool_yield_to during feeds) */
     int threads, nice;
     int64_t spf;
     float *pcm; /* the thread's until finish hands it over */
@@ -101,8 +105,10 @@ static void *decoder_main(void *arg) {
      * pool, the language model's, which is not reentrant and busy with the frame step */
     if (!(d->pool = dr_pool_create(d->threads > 1 ? d->threads : 1)))
         st = dr_fail(&d->err, DRAMA_ENOMEM, "cannot create the decoder's pool of %d threads", d->threads);
-    else
+    else {
         dr_codec_stream_set_pool(d->stream, d->pool);
+        dr_pool_yield_to(d->pool, 1); /* background work: its idle workers give way */
+    }
     pthread_mutex_lock(&d->mu);
     if (st != DRAMA_OK) d->stop = 1;
     for (;;) {
@@ -117,7 +123,9 @@ static void *decoder_main(void *arg) {
         pthread_cond_signal(&d->room);
         pthread_mutex_unlock(&d->mu);
         st = grow(d, d->len + n * d->spf);
+        dr_pool_yield_to(d->lm, 1);
         if (st == DRAMA_OK) st = dr_codec_stream_feed(d->stream, d->run, n, d->pcm + d->len, &d->err);
+        dr_pool_yield_to(d->lm, -1);
         pthread_mutex_lock(&d->mu);
         if (st != DRAMA_OK) break;
         d->len += n * d->spf;
@@ -129,7 +137,7 @@ static void *decoder_main(void *arg) {
     return NULL;
 }
 
-drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, int nc, int64_t spf, dr_decoder **out,
+drama_status dr_decoder_start(const dr_codec *c, dr_pool *lm, int queue_frames, int nc, int64_t spf, dr_decoder **out,
                               drama_error *err) {
     *out = NULL;
     if (nc < 1 || nc > DR_CODEC_MAX_BOOKS) return dr_fail(err, DRAMA_EINTERNAL, "decoder: %d codebooks", nc);
@@ -142,7 +150,8 @@ drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, 
     drama_status st = DRAMA_OK;
     if (!(d->queue = malloc((size_t)d->qcap * (size_t)nc * sizeof(int32_t))))
         st = dr_fail(err, DRAMA_ENOMEM, "out of memory starting the decoder");
-    d->threads = threads, d->nice = decode_nice(threads);
+    int threads = dr_pool_threads(lm);
+    d->lm = lm, d->threads = threads, d->nice = decode_nice(threads);
     if (st == DRAMA_OK) st = dr_codec_stream_create(c, &d->stream, err);
     if (st == DRAMA_OK) {
         if (pthread_create(&d->thread, NULL, decoder_main, d) != 0)
