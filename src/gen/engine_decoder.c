@@ -35,8 +35,8 @@
 #define MIN_RUN 8        /* frames per stream feed while generation runs (small feeds use the pool poorly) */
 #define MAX_RUN 16       /* the codec's own sub-chunk */
 /* nice increment of the decoder thread beside a language model of 2+ threads: 10 is a weight of
- * 110 against 1024, so it still gets ~10% of a contended core (measured on the 2-core AMD, tiny
- * model: 19 and 10 alike; bench/RESULTS.md "The tiny model on 2 threads on the 2-core AMD") */
+ * 110 against 1024, so it still gets ~10% of a contended core; 19 (weight 15) starved it on the
+ * 2-core AMD (tiny model: 20 ms of decode left after the last frame, 4-8 ms at 10) */
 #define DECODE_NICE 10
 
 struct dr_decoder {
