@@ -40,7 +40,11 @@ void dr_trace(const char *what) {
  * decode step (norms, attention: tens of us), short enough not to burn a shared core for long */
 #define SPIN_NS 200000
 /* past this much polling, each poll also yields the core: with more runnable threads than cores
- * (a busy machine, --threads above the core count) the thread that holds the work gets to run */
+ * (--threads above the core count, or another thread of the process announced work through
+ * dr_pool_yield_to) the thread that holds the work gets to run. Otherwise idle threads poll
+ * without yielding until SPIN_NS: a poll that yields answers the next run late (a sched_yield
+ * per 64 polls; on the 2-core AMD a 2 us run took 34.6 us with a 30 us gap before it at 2
+ * threads against 32.5 us at 1), and a frame step's runs come 20-100 us apart (the sampler) */
 #define YIELD_NS 20000
 /* chunks per taking-part thread: small enough to balance a descheduled thread's share; a small
  * run takes fewer (every chunk is a claim and a count on a shared line, ~0.1-0.3 us each in a VM),
@@ -86,6 +90,8 @@ struct dr_pool {
     _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* futex word of idle workers */
     _Atomic int sleepers;          /* workers in (or entering) futex wait on gen */
     _Atomic int stop;
+    _Atomic int yield_to;          /* dr_pool_yield_to: other threads with work for the cores */
+    int oversubscribed;            /* more threads than CPUs this process may use, or DRAMA_POOL_YIELD=always */
     _Alignas(CACHE_LINE) _Atomic uint32_t done; /* chunks finished; futex word of the waiting caller */
     _Atomic int caller_sleeping;
     _Alignas(CACHE_LINE) int n_threads;
@@ -111,6 +117,11 @@ static void futex_wake(_Atomic uint32_t *word, int count) {
 #else
     (void)word, (void)count;
 #endif
+}
+
+/* past YIELD_NS of polling: yield the core only when someone else may need it */
+static int should_yield(dr_pool *p) {
+    return p->oversubscribed || atomic_load_explicit(&p->yield_to, memory_order_relaxed) > 0;
 }
 
 static int64_t now_ns(void) {
@@ -161,7 +172,7 @@ static void *worker_main(void *arg) {
             if ((spins & 63) != 63) continue;
             int64_t t = now_ns();
             if (!t0) t0 = t;
-            if (t - t0 > YIELD_NS) sched_yield(); /* more threads than free cores: let them run */
+            if (t - t0 > YIELD_NS && should_yield(p)) sched_yield(); /* let the others run */
             if (t - t0 < SPIN_NS) continue;
             atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the caller's gen store + load */
             if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) futex_wait(&p->gen, seen);
@@ -205,6 +216,16 @@ static int physical_cores(void) {
 #endif
 }
 
+/* CPUs in this process's affinity mask (online CPUs where it cannot be read) */
+static int usable_cpus(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
 int dr_pool_default_threads(void) {
     int n = physical_cores();
     if (n > 0) return n;
@@ -218,6 +239,8 @@ dr_pool *dr_pool_create(int n_threads) {
     if (!p) return NULL;
     memset(p, 0, sizeof *p);
     p->n_threads = n_threads;
+    const char *y = getenv("DRAMA_POOL_YIELD"); /* "always": the rule before (yield past YIELD_NS) */
+    p->oversubscribed = n_threads > usable_cpus() || (y && !strcmp(y, "always"));
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads, sizeof *p->threads);
         if (!p->threads) { free(p); return NULL; }
@@ -247,6 +270,10 @@ void dr_pool_free(dr_pool *p) {
 }
 
 int dr_pool_threads(const dr_pool *p) { return p ? p->n_threads : 1; }
+
+void dr_pool_yield_to(dr_pool *p, int delta) {
+    if (p) atomic_fetch_add_explicit(&p->yield_to, delta, memory_order_relaxed);
+}
 
 void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double work) {
     if (n <= 0) return;
@@ -290,7 +317,7 @@ void dr_pool_run_work(dr_pool *p, int64_t n, dr_pool_fn fn, void *ctx, double wo
         if ((spins & 63) != 63) continue;
         int64_t t = now_ns();
         if (!t0) t0 = t;
-        if (t - t0 > YIELD_NS) sched_yield();
+        if (t - t0 > YIELD_NS && should_yield(p)) sched_yield();
         if (t - t0 < SPIN_NS) continue;
         atomic_store(&p->caller_sleeping, 1);
         uint32_t d;

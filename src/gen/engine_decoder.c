@@ -7,10 +7,26 @@
  * Every way out joins the thread: finish (no more frames: the rest is decoded), free (stop: frames
  * not yet decoded are dropped; called by the lane's cleanup on success, failure and cancel). A
  * push waits only while the queue is full and the thread is still running, so a thread that
- * failed or stopped never leaves the engine waiting. */
+ * failed or stopped never leaves the engine waiting.
+ *
+ * With a pool of 2+ threads the language model can keep every core busy, and the decoder (the
+ * faster of the two on the CPU) would then take cores from the frame step's workers in the middle
+ * of its short products. So the decoder thread lowers its own priority (nice +DECODE_NICE, only
+ * this thread) and starts its pool from there, so its workers inherit it: it runs on what the
+ * language model leaves (its workers' idle polls yield, the sampler's gaps), the rest after the
+ * last frame at full speed (nothing else runs then). DRAMA_DECODE_NICE=0: the old equal share.
+ * While a feed runs, the language model's pool is told (dr_pool_yield_to) that its idle workers
+ * should yield their core; between feeds they poll without yielding and answer the next product
+ * at once. The decoder's own pool always yields (it is the background work). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "base/alloc.h"
 #include "gen/engine_internal.h"
@@ -18,6 +34,10 @@
 #define QUEUE_FRAMES 128 /* default: frames generated ahead of the decoder at most (then generation waits) */
 #define MIN_RUN 8        /* frames per stream feed while generation runs (small feeds use the pool poorly) */
 #define MAX_RUN 16       /* the codec's own sub-chunk */
+/* nice increment of the decoder thread beside a language model of 2+ threads: 10 is a weight of
+ * 110 against 1024, so it still gets ~10% of a contended core; 19 (weight 15) starved it on the
+ * 2-core AMD (tiny model: 20 ms of decode left after the last frame, 4-8 ms at 10) */
+#define DECODE_NICE 10
 
 struct dr_decoder {
     pthread_t thread;
@@ -31,7 +51,9 @@ struct dr_decoder {
     drama_status status; /* the thread's failure (read after exited) */
     drama_error err;
     dr_codec_stream *stream;
-    dr_pool *pool;
+    dr_pool *pool;       /* started by the decoder thread (its priority); never NULL once it runs */
+    dr_pool *lm;         /* the language model's pool (dr_pool_yield_to during feeds) */
+    int threads, nice;
     int64_t spf;
     float *pcm; /* the thread's until finish hands it over */
     int64_t len, cap;
@@ -59,10 +81,36 @@ static drama_status grow(dr_decoder *d, int64_t samples) {
     return DRAMA_OK;
 }
 
+/* DRAMA_DECODE_NICE: the nice increment beside 2+ threads (0: none); default DECODE_NICE */
+static int decode_nice(int threads) {
+    if (threads < 2) return 0;
+    const char *e = getenv("DRAMA_DECODE_NICE");
+    long v = e && *e ? strtol(e, NULL, 10) : DECODE_NICE;
+    return v < 0 ? 0 : v > 19 ? 19 : (int)v;
+}
+
 static void *decoder_main(void *arg) {
     dr_decoder *d = arg;
     drama_status st = DRAMA_OK;
+#ifdef __linux__
+    /* this thread only (Linux threads have their own nice); raising it needs no privilege */
+    if (d->nice > 0) {
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno == 0) (void)setpriority(PRIO_PROCESS, (id_t)tid, cur + d->nice);
+    }
+#endif
+    /* a pool even of 1 thread (inline, no threads): a stream without one would use the codec's
+     * pool, the language model's, which is not reentrant and busy with the frame step */
+    if (!(d->pool = dr_pool_create(d->threads > 1 ? d->threads : 1)))
+        st = dr_fail(&d->err, DRAMA_ENOMEM, "cannot create the decoder's pool of %d threads", d->threads);
+    else {
+        dr_codec_stream_set_pool(d->stream, d->pool);
+        dr_pool_yield_to(d->pool, 1); /* background work: its idle workers give way */
+    }
     pthread_mutex_lock(&d->mu);
+    if (st != DRAMA_OK) d->stop = 1;
     for (;;) {
         while (!d->stop && !d->final && d->count < MIN_RUN) pthread_cond_wait(&d->more, &d->mu);
         if (d->stop || d->count == 0) break; /* stopped, or final with nothing left */
@@ -75,7 +123,9 @@ static void *decoder_main(void *arg) {
         pthread_cond_signal(&d->room);
         pthread_mutex_unlock(&d->mu);
         st = grow(d, d->len + n * d->spf);
+        dr_pool_yield_to(d->lm, 1);
         if (st == DRAMA_OK) st = dr_codec_stream_feed(d->stream, d->run, n, d->pcm + d->len, &d->err);
+        dr_pool_yield_to(d->lm, -1);
         pthread_mutex_lock(&d->mu);
         if (st != DRAMA_OK) break;
         d->len += n * d->spf;
@@ -87,7 +137,7 @@ static void *decoder_main(void *arg) {
     return NULL;
 }
 
-drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, int nc, int64_t spf, dr_decoder **out,
+drama_status dr_decoder_start(const dr_codec *c, dr_pool *lm, int queue_frames, int nc, int64_t spf, dr_decoder **out,
                               drama_error *err) {
     *out = NULL;
     if (nc < 1 || nc > DR_CODEC_MAX_BOOKS) return dr_fail(err, DRAMA_EINTERNAL, "decoder: %d codebooks", nc);
@@ -100,11 +150,10 @@ drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, 
     drama_status st = DRAMA_OK;
     if (!(d->queue = malloc((size_t)d->qcap * (size_t)nc * sizeof(int32_t))))
         st = dr_fail(err, DRAMA_ENOMEM, "out of memory starting the decoder");
-    if (st == DRAMA_OK && threads > 1 && !(d->pool = dr_pool_create(threads)))
-        st = dr_fail(err, DRAMA_ENOMEM, "cannot create the decoder's pool of %d threads", threads);
+    int threads = dr_pool_threads(lm);
+    d->lm = lm, d->threads = threads, d->nice = decode_nice(threads);
     if (st == DRAMA_OK) st = dr_codec_stream_create(c, &d->stream, err);
     if (st == DRAMA_OK) {
-        dr_codec_stream_set_pool(d->stream, d->pool); /* NULL: inline on the decoder thread */
         if (pthread_create(&d->thread, NULL, decoder_main, d) != 0)
             st = dr_fail(err, DRAMA_ENOMEM, "cannot start the decoder thread");
         else d->started = 1;

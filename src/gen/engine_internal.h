@@ -47,7 +47,9 @@ int64_t dr_pcache_max_bytes(const dr_pcache *c);
  * DRAMA_DECODE_OVERLAP (unset or 1: 128; N: N frames, at least 8; 0: no overlap -> 0). */
 typedef struct dr_decoder dr_decoder;
 int dr_decoder_queue_frames(void);
-drama_status dr_decoder_start(const dr_codec *c, int threads, int queue_frames, int nc, int64_t spf, dr_decoder **out,
+/* lm: the language model's pool (its thread count is the decoder's; told to yield its idle
+ * cores while a feed runs, dr_pool_yield_to) */
+drama_status dr_decoder_start(const dr_codec *c, dr_pool *lm, int queue_frames, int nc, int64_t spf, dr_decoder **out,
                               drama_error *err);
 /* Queues one frame (waits while the queue is full); the thread's error once it has failed. */
 drama_status dr_decoder_push(dr_decoder *d, const int32_t *frame, drama_error *err);

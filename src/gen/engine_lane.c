@@ -263,7 +263,7 @@ void dr_lane_prepare(drama_engine *e, dr_lane *l) {
             /* whole mode, CPU decoder: decode beside generation, on a pool of the model's thread
              * count (a device decoder stays on the engine's thread: it is fast, and its device
              * context belongs to that thread) */
-            st = dr_decoder_start(m->codec, dr_pool_threads(m->pool), dr_decoder_queue_frames(), l->nc,
+            st = dr_decoder_start(m->codec, m->pool, dr_decoder_queue_frames(), l->nc,
                                   l->res.samples_per_frame, &l->dec, err);
         }
     }

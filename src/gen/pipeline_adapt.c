@@ -44,7 +44,7 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
     if (st == DRAMA_OK) {
         char p[4096];
         snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-        st = dr_tok_load(p, &m->tok, err);
+        st = dr_tok_load_threads(p, m->threads > 0 ? m->threads : dr_pool_default_threads(), &m->tok, err);
     }
     if (st == DRAMA_OK) st = dr_pl_codec_geometry(m, &m->sample_rate, &m->samples_per_frame, &m->n_codebooks, err);
     if (st == DRAMA_OK) {

@@ -202,8 +202,10 @@ static drama_status host_rows(dr_backend *be, const dr_backbone *bb, dr_bb_ws *w
     free(seq);
     if (st) return st;
     dr_bk_zero(be, w->status, (size_t)n * sizeof(dr_op_status));
-    int want_logits = o->logits || o->last_logits_dev;
-    dr_bb_call c = {n, w->tok, w->seq, NULL, NULL, want_logits ? w->logits : NULL, w->status, o->trace, o->trace_row0,
+    /* only the last row's logits wanted (a prefill before generation): computed for that row
+     * alone below, not for all n (a row's logits depend on nothing but its row) */
+    int last_only = !o->logits && o->last_logits_dev;
+    dr_bb_call c = {n, w->tok, w->seq, NULL, NULL, o->logits ? w->logits : NULL, w->status, o->trace, o->trace_row0,
                     o->trace_rows};
     if (o->hidden_dev) {
         if (o->pre_norm) c.pre_norm = o->hidden_dev + row0 * H;
@@ -211,6 +213,11 @@ static drama_status host_rows(dr_backend *be, const dr_backbone *bb, dr_bb_ws *w
     }
     if (o->hidden) c.hidden = w->hidden;
     if ((st = dr_bb_run(be, bb, w, &c, err))) return st;
+    if (last_only && !getenv("DRAMA_PREFILL_ALL_LOGITS")) /* w->xn: the final-normed rows */
+        be->ops->restricted_logits(be, &bb->head, bb->head_sem_row, bb->n_sem, bb->head_end_row, w->xn + (n - 1) * H, 1,
+                                   w->logits + (n - 1) * nl);
+    else if (last_only)
+        be->ops->restricted_logits(be, &bb->head, bb->head_sem_row, bb->n_sem, bb->head_end_row, w->xn, n, w->logits);
     dr_op_status *sts_host = malloc((size_t)n * sizeof *sts_host);
     if (!sts_host) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
     st = dr_bk_download(be, sts_host, w->status, (size_t)n * sizeof *sts_host, err);

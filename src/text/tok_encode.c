@@ -320,9 +320,9 @@ static int nfc_stable(const dr_tok *tok, const char *text, size_t len) {
  * comb_index >= 0x8000; Hangul jamo compose by rule), or is not its own NFC (singletons,
  * excluded compositions). A precomposed letter such as U+00E9 is stable: anything that could
  * combine with it is itself marked. (Checked exhaustively against utf8proc when written.) */
-drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err) {
-    tok->nfc_unstable = calloc(0x110000 / 8, 1);
-    if (!tok->nfc_unstable) return dr_fail(err, DRAMA_ENOMEM, "tokenizer: out of memory");
+uint8_t *tok_nfc_table(void) {
+    uint8_t *table = calloc(0x110000 / 8, 1);
+    if (!table) return NULL;
     for (uint32_t cp = 0x80; cp < 0x110000; cp++) {
         if (cp >= 0xD800 && cp < 0xE000) continue;
         const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
@@ -339,9 +339,14 @@ drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err) {
                 unstable = 1;
             }
         }
-        if (unstable) tok->nfc_unstable[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+        if (unstable) table[cp >> 3] |= (uint8_t)(1u << (cp & 7));
     }
-    return DRAMA_OK;
+    return table;
+}
+
+drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err) {
+    if (!tok->nfc_unstable) tok->nfc_unstable = tok_nfc_table();
+    return tok->nfc_unstable ? DRAMA_OK : dr_fail(err, DRAMA_ENOMEM, "tokenizer: out of memory");
 }
 
 static drama_status encode_stretch(dr_tok *tok, const char *text, size_t len, pcre2_match_data *md, dr_ids *out,

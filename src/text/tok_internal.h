@@ -97,8 +97,11 @@ struct dr_tok {
 /* Look up a merge; returns 1 and fills rank/merged when (left, right) has one. */
 int tok_pair_get(const dr_tok *tok, int32_t left, int32_t right, int32_t *rank, int32_t *merged);
 
-/* Build nfc_unstable (tok_encode.c). */
+/* Build nfc_unstable (tok_encode.c) unless it is already there; tok_nfc_table: the bitmap alone
+ * (a pure function of utf8proc's tables, ~5 ms: built beside the JSON parse with 2+ threads),
+ * NULL when out of memory. */
 drama_status tok_build_nfc_table(dr_tok *tok, drama_error *err);
+uint8_t *tok_nfc_table(void);
 
 /* Decode one UTF-8 code point at s[i] (n bytes left). Returns its length (1..4) and sets *cp,
  * or 0 when the sequence is invalid (then *bad_len is the maximal invalid subpart, >= 1). */

@@ -1,6 +1,7 @@
 /* tokenizer.c - loading tokenizer.json (spec/TEXT.md section 1.1) and id/string lookups.
  * Encoding and decoding are in tok_encode.c. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -417,7 +418,29 @@ static drama_status build_tables(dr_tok *tok, json_t *vocab, drama_error *err) {
     return DRAMA_OK;
 }
 
-static drama_status load_json(dr_tok *tok, json_t *root, drama_error *err) {
+/* the NFC bitmap built on a thread of its own while the file is read and parsed */
+typedef struct nfc_pre {
+    pthread_t thread;
+    int started;
+    uint8_t *table;
+} nfc_pre;
+
+static void *nfc_main(void *arg) {
+    ((nfc_pre *)arg)->table = tok_nfc_table();
+    return NULL;
+}
+
+/* joins the thread (once) and hands its table over: NULL when none or out of memory */
+static uint8_t *nfc_take(nfc_pre *pre) {
+    if (!pre) return NULL;
+    if (pre->started) pthread_join(pre->thread, NULL);
+    pre->started = 0;
+    uint8_t *t = pre->table;
+    pre->table = NULL;
+    return t;
+}
+
+static drama_status load_json(dr_tok *tok, json_t *root, nfc_pre *pre, drama_error *err) {
     if (!json_is_object(root)) return dr_fail(err, DRAMA_EFORMAT, "expected a JSON object at the top level");
     json_t *model = json_object_get(root, "model");
     drama_status st = load_model(tok, model, err);
@@ -432,7 +455,10 @@ static drama_status load_json(dr_tok *tok, json_t *root, drama_error *err) {
     st = build_tables(tok, json_object_get(model, "vocab"), err);
     if (!st) st = load_merges(tok, json_object_get(model, "merges"), err);
     if (!st) st = compile_pattern(tok, err);
-    if (!st && tok->nfc) st = tok_build_nfc_table(tok, err);
+    if (!st && tok->nfc) {
+        tok->nfc_unstable = nfc_take(pre); /* NULL: built here */
+        st = tok_build_nfc_table(tok, err);
+    }
     return st;
 }
 
@@ -482,7 +508,8 @@ static drama_status gunzip(const unsigned char *data, size_t size, char **out, s
     return DRAMA_OK;
 }
 
-drama_status dr_tok_load_memory(const void *data, size_t size, const char *label, dr_tok **out, drama_error *err) {
+static drama_status load_memory(const void *data, size_t size, const char *label, nfc_pre *pre, dr_tok **out,
+                                drama_error *err) {
     *out = NULL;
     if (!label) label = "tokenizer.json";
     char *plain = NULL;
@@ -509,7 +536,7 @@ drama_status dr_tok_load_memory(const void *data, size_t size, const char *label
     }
     pthread_mutex_init(&tok->cache_lock, NULL);
     tok->label = strdup(label);
-    drama_status st = tok->label ? load_json(tok, root, err) : dr_fail(err, DRAMA_ENOMEM, "out of memory");
+    drama_status st = tok->label ? load_json(tok, root, pre, err) : dr_fail(err, DRAMA_ENOMEM, "out of memory");
     json_decref(root);
     if (st) {
         dr_error_prefix(err, "%s: ", label);
@@ -520,16 +547,27 @@ drama_status dr_tok_load_memory(const void *data, size_t size, const char *label
     return DRAMA_OK;
 }
 
-drama_status dr_tok_load(const char *path, dr_tok **out, drama_error *err) {
+drama_status dr_tok_load_memory(const void *data, size_t size, const char *label, dr_tok **out, drama_error *err) {
+    return load_memory(data, size, label, NULL, out, err);
+}
+
+drama_status dr_tok_load_threads(const char *path, int threads, dr_tok **out, drama_error *err) {
     *out = NULL;
+    nfc_pre pre = {0};
+    const char *e = getenv("DRAMA_TOK_NFC_THREAD"); /* "0": built after the parse, as with 1 thread */
+    if (threads >= 2 && !(e && !strcmp(e, "0"))) pre.started = pthread_create(&pre.thread, NULL, nfc_main, &pre) == 0;
     char *data;
     size_t len;
     drama_status st = dr_read_file(path, DR_FILE_MAX_BYTES, &data, &len, err);
-    if (st) return st;
-    st = dr_tok_load_memory(data, len, path, out, err);
-    free(data);
+    if (!st) {
+        st = load_memory(data, len, path, pre.started ? &pre : NULL, out, err);
+        free(data);
+    }
+    free(nfc_take(&pre)); /* not used: the load failed or the tokenizer does no NFC */
     return st;
 }
+
+drama_status dr_tok_load(const char *path, dr_tok **out, drama_error *err) { return dr_tok_load_threads(path, 1, out, err); }
 
 void dr_tok_free(dr_tok *tok) {
     if (!tok) return;

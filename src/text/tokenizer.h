@@ -31,6 +31,9 @@ void dr_ids_free(dr_ids *ids); /* frees data and zeroes the struct; accepts NULL
 /* Load tokenizer.json; plain or gzip-compressed (.json.gz; detected from the content).
  * Load errors name the file and the JSON path at fault (e.g. `model.merges[12]`). */
 drama_status dr_tok_load(const char *path, dr_tok **out, drama_error *err);
+/* Same; with threads >= 2 the NFC check table (a pure function of utf8proc, ~5 ms) is built on a
+ * thread of its own while the file is read and parsed (DRAMA_TOK_NFC_THREAD=0: not). */
+drama_status dr_tok_load_threads(const char *path, int threads, dr_tok **out, drama_error *err);
 /* Same from memory (plain JSON or gzip bytes); `label` names it in messages. For tests and fuzzing. */
 drama_status dr_tok_load_memory(const void *data, size_t size, const char *label, dr_tok **out,
                                 drama_error *err);

@@ -1,4 +1,5 @@
 /* Unit tests of src/base: error records, dtypes, allocation, thread pool. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +137,47 @@ static void test_pool_back_to_back_alternating(void **state) {
     }
 }
 
+/* dr_pool_yield_to toggled by another thread while runs with gaps go on (workers past the 20 us
+ * of polling yield, or not): every index exactly once either way, and a pool of more threads than
+ * CPUs (always yielding) gives the same; NULL is accepted. */
+typedef struct { dr_pool *p; _Atomic int stop; } toggle_ctx;
+
+static void *toggle_main(void *arg) {
+    toggle_ctx *t = arg;
+    while (!atomic_load(&t->stop)) {
+        dr_pool_yield_to(t->p, 1);
+        usleep(50);
+        dr_pool_yield_to(t->p, -1);
+        usleep(50);
+    }
+    return NULL;
+}
+
+static void test_pool_yield_to(void **state) {
+    (void)state;
+    enum { N = 48, RUNS = 4000 };
+    _Atomic int hits[N];
+    dr_pool_yield_to(NULL, 1);
+    int over = (int)sysconf(_SC_NPROCESSORS_ONLN) + 1;
+    for (int k = 0; k < 2; k++) {
+        dr_pool *p = dr_pool_create(k ? over : 2);
+        assert_non_null(p);
+        toggle_ctx t = {p, 0};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, toggle_main, &t), 0);
+        for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        for (int rep = 0; rep < RUNS; rep++) {
+            dr_pool_run(p, rep % 3 ? N : 5, bump_index, hits);
+            if (rep % 16 == 0) usleep(30); /* a gap past the yield threshold */
+        }
+        atomic_store(&t.stop, 1);
+        pthread_join(th, NULL);
+        int small = (RUNS + 2) / 3; /* reps with rep % 3 == 0 */
+        for (int64_t i = 0; i < N; i++) assert_int_equal(atomic_load(&hits[i]), i < 5 ? RUNS : RUNS - small);
+        dr_pool_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_error_wins_and_prefix),
@@ -144,6 +186,7 @@ int main(void) {
         cmocka_unit_test(test_pool_covers_every_index),
         cmocka_unit_test(test_pool_exactly_once_and_threshold),
         cmocka_unit_test(test_pool_back_to_back_alternating),
+        cmocka_unit_test(test_pool_yield_to),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

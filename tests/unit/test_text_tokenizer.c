@@ -14,11 +14,12 @@
 #include "testutil.h"
 #include "text/tokenizer.h"
 
-/* Encode every golden item; returns the number of mismatching items (printed). */
-static int check_encodings(const char *tokenizer_rel, const char *golden_rel) {
+/* Encode every golden item with the tokenizer loaded for `threads` (2+: the NFC table built on a
+ * thread beside the parse); returns the number of mismatching items (printed). */
+static int check_encodings_t(const char *tokenizer_rel, const char *golden_rel, int threads) {
     drama_error err = {0};
     dr_tok *tok = NULL;
-    if (dr_tok_load(tu_golden(tokenizer_rel), &tok, &err) != DRAMA_OK) {
+    if (dr_tok_load_threads(tu_golden(tokenizer_rel), threads, &tok, &err) != DRAMA_OK) {
         printf("load failed: %s\n", err.message);
         return -1;
     }
@@ -68,6 +69,34 @@ static int check_encodings(const char *tokenizer_rel, const char *golden_rel) {
     json_decref(root);
     dr_tok_free(tok);
     return total > 0 ? bad : -1;
+}
+
+static int check_encodings(const char *tokenizer_rel, const char *golden_rel) {
+    return check_encodings_t(tokenizer_rel, golden_rel, 1);
+}
+
+/* The goldens again with the NFC table built on its own thread, and texts that NFC changes
+ * (decomposed accents, a singleton) encode as their composed forms either way. */
+static void nfc_table_on_a_thread(void **state) {
+    (void)state;
+    assert_int_equal(check_encodings_t("tokenizer/qwen3-tokenizer.json.gz", "tokenizer/qwen3-encodings.json", 2), 0);
+    assert_int_equal(check_encodings_t("tiny-drama3/tokenizer.json", "tokenizer/tiny-encodings.json", 3), 0);
+    const char *pairs[][2] = {{"Cafe\xcc\x81 au lait", "Caf\xc3\xa9 au lait"}, {"\xe2\x84\xab ngstr", "\xc3\x85 ngstr"}};
+    for (int threads = 1; threads <= 2; threads++) {
+        drama_error err = {0};
+        dr_tok *tok = NULL;
+        assert_int_equal(dr_tok_load_threads(tu_golden("tokenizer/qwen3-tokenizer.json.gz"), threads, &tok, &err), DRAMA_OK);
+        for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+            dr_ids a = {0}, b = {0};
+            assert_int_equal(dr_tok_encode(tok, pairs[i][0], strlen(pairs[i][0]), &a, &err), DRAMA_OK);
+            assert_int_equal(dr_tok_encode(tok, pairs[i][1], strlen(pairs[i][1]), &b, &err), DRAMA_OK);
+            assert_int_equal(a.n, b.n);
+            for (int64_t k = 0; k < a.n; k++) assert_int_equal(a.data[k], b.data[k]);
+            dr_ids_free(&a);
+            dr_ids_free(&b);
+        }
+        dr_tok_free(tok);
+    }
 }
 
 static void qwen3_golden(void **state) {
@@ -224,7 +253,7 @@ int main(void) {
         cmocka_unit_test(qwen3_golden),  cmocka_unit_test(tiny_golden),
         cmocka_unit_test(round_trip),    cmocka_unit_test(special_ids_and_matching),
         cmocka_unit_test(invalid_utf8),  cmocka_unit_test(long_pieces),
-        cmocka_unit_test(threads_share_tokenizer),
+        cmocka_unit_test(threads_share_tokenizer), cmocka_unit_test(nfc_table_on_a_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
