@@ -39,3 +39,15 @@ no_leftovers() {
 }
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# wait_frames PID N LOG: waits (at most 60 s) until the progress events in LOG report frame N of
+# the synthesize running as PID (held there by DRAMA_TEST_PAUSE_AFTER_FRAMES); kills it and fails if not.
+wait_frames() {
+    local pid=$1 n=$2 log=$3
+    for _ in $(seq 1 600); do
+        grep -q "\"frames\":$n" "$log" 2>/dev/null && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q "\"frames\":$n" "$log" || { kill -KILL "$pid" 2>/dev/null; fail "no frame $n: $(tail -3 "$log")"; }
+}

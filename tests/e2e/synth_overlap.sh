@@ -50,12 +50,7 @@ for run in "0 INT" "8 INT" "8 TERM"; do
     DRAMA_DECODE_OVERLAP=$q DRAMA_TEST_PAUSE_AFTER_FRAMES=30 "$DRAMA_BIN" synthesize --model "$MODEL" --text "$TEXT" \
         -o cut.wav --frames 120 --seed 5 --threads 1 --progress-json --receipt cut.json 2>ev.log &
     pid=$!
-    for _ in $(seq 1 600); do
-        grep -q '"frames":30' ev.log 2>/dev/null && break
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1
-    done
-    grep -q '"frames":30' ev.log || { kill -KILL $pid 2>/dev/null; fail "no frame 30 before the signal: $(tail -3 ev.log)"; }
+    wait_frames $pid 30 ev.log
     tasks[$q]=$(ls /proc/$pid/task | wc -l)
     kill -$sig $pid
     set +e

@@ -32,12 +32,7 @@ for run in "2 10 2" "2 0 0" "1 10 0" "3 10 3"; do
     DRAMA_DECODE_NICE=$nice DRAMA_TEST_PAUSE_AFTER_FRAMES=30 "$DRAMA_BIN" synthesize --model "$MODEL" --text "$TEXT" \
         -o cut.wav --frames 120 --seed 5 --threads "$t" --progress-json 2>ev.log &
     pid=$!
-    for _ in $(seq 1 600); do
-        grep -q '"frames":30' ev.log 2>/dev/null && break
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1
-    done
-    grep -q '"frames":30' ev.log || { kill -KILL $pid 2>/dev/null; fail "no frame 30: $(tail -3 ev.log)"; }
+    wait_frames $pid 30 ev.log
     got=$(niced $pid)
     kill -INT $pid
     set +e
