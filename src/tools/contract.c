@@ -27,6 +27,18 @@ double ct_rand_normal(uint64_t *s) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+const char *const ct_x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
+
+void ct_fill_kind(uint64_t *s, int kind, float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = ct_rand_normal(s);
+        if (kind == X_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
+        if (kind == X_TINY) v *= 1e-4;
+        if (kind == X_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
+        x[i] = (float)v;
+    }
+}
+
 void ct_poison(float *y, int64_t n) {
     float p = dr_f32_from_bits(0x7FC0DEADu);
     for (int64_t i = 0; i < n; i++) y[i] = p;

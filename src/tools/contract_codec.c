@@ -136,15 +136,15 @@ static void conv_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     int64_t no = (int64_t)g->cout * conv_out_len(g);
     float *w = fvec(wn), *b = fvec(g->cout), *x = fvec(xn), *y = fvec(no), *yc = fvec(no), *alt = fvec(no);
     double *ref = dvec(no), *tol = dvec(no), *whole = dvec(no), *zero = dvec(no);
-    fill(s, kind == X_NONFINITE ? X_RANDOM : kind, w, wn);
-    fill(s, kind == X_DISCR ? X_DISCR : X_RANDOM, b, g->cout);
-    fill(s, kind, x, xn);
+    ct_fill_kind(s, kind == X_NONFINITE ? X_RANDOM : kind, w, wn);
+    ct_fill_kind(s, kind == X_DISCR ? X_DISCR : X_RANDOM, b, g->cout);
+    ct_fill_kind(s, kind, x, xn);
     if (kind == X_NONFINITE) x[(int64_t)(g->cin / 2) * g->L + g->L / 2] = NAN, x[g->L - 1] = INFINITY;
     conv_ref(g, w, b, x, ref, tol, alt);
     ct_poison(y, no);
     conv_lib(g, k->control, KISA(k), KGEMM(k), NULL, NULL, w, b, x, NULL, 0, y, pool);
     char name[128];
-    snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d s=%d g=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k,
+    snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d s=%d g=%d L=%lld", ct_x_kind[kind], g->cin, g->cout, g->k,
              g->dil, g->stride, g->groups, (long long)g->L);
     ct_compare(res, name, y, ref, tol, no);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
@@ -197,10 +197,10 @@ static void fused_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     float *w = fvec(wn), *b = fvec(g->cout), *x = fvec(xn), *r = fvec(no), *y = fvec(no), *yc = fvec(no);
     float *alt = fvec(no), *alpha = fvec(g->cout), *inv = fvec(g->cout);
     double *ref = dvec(no), *tol = dvec(no), *whole = dvec(no), *zero = dvec(no);
-    fill(s, kind == X_NONFINITE ? X_RANDOM : kind, w, wn);
-    fill(s, kind == X_DISCR ? X_DISCR : X_RANDOM, b, g->cout);
-    fill(s, kind, x, xn);
-    fill(s, X_RANDOM, r, no);
+    ct_fill_kind(s, kind == X_NONFINITE ? X_RANDOM : kind, w, wn);
+    ct_fill_kind(s, kind == X_DISCR ? X_DISCR : X_RANDOM, b, g->cout);
+    ct_fill_kind(s, kind, x, xn);
+    ct_fill_kind(s, X_RANDOM, r, no);
     if (kind == X_NONFINITE) x[(int64_t)(g->cin / 2) * g->L + g->L / 2] = NAN, x[g->L - 1] = INFINITY;
     for (int c = 0; c < g->cout; c++) alpha[c] = (float)((0.05 + 1.95 * ct_rand_uniform(s)) * (c % 4 == 3 ? -1 : 1));
     conv_ref(g, w, b, x, ref, tol, alt);
@@ -226,7 +226,7 @@ static void fused_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     ct_poison(y, no);
     conv_lib(g, k->control, KISA(k), KGEMM(k), &sn, r, w, b, x, NULL, 0, y, pool);
     char name[128];
-    snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d L=%lld", x_kind[kind], g->cin, g->cout, g->k, g->dil,
+    snprintf(name, sizeof name, "%s cin=%d cout=%d k=%d dil=%d L=%lld", ct_x_kind[kind], g->cin, g->cout, g->k, g->dil,
              (long long)g->L);
     ct_compare(res, name, y, ref, tol, no);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
@@ -270,7 +270,7 @@ static void snake_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     for (int c = 0; c < C; c++) alpha[c] = (float)((0.05 + 1.95 * ct_rand_uniform(s)) * (c % 4 == 3 ? -1 : 1));
     alpha[0] = 0.0f;                  /* 1/(0 + eps): finite only with the epsilon */
     if (C > 1) alpha[1] = 1e-9f;      /* the epsilon is half the denominator */
-    fill(s, kind, x, n);
+    ct_fill_kind(s, kind, x, n);
     if (C > 1)
         for (int64_t t = 0; t < L; t++) x[L + t] *= 1e9f; /* alpha x of order 1 in that channel */
     if (kind == X_NONFINITE && C > 4) x[3 * L + L / 2] = NAN, x[4 * L + L - 1] = INFINITY;
@@ -297,7 +297,7 @@ static void snake_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind
     memcpy(y, x, (size_t)n * sizeof *y); /* in place */
     cd_snake_run(&sn, y, L, pool);
     char name[96];
-    snprintf(name, sizeof name, "%s C=%d L=%lld", x_kind[kind], C, (long long)L);
+    snprintf(name, sizeof name, "%s C=%d L=%lld", ct_x_kind[kind], C, (long long)L);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(alpha), free(inv), free(x), free(y), free(alt), free(ref), free(tol);
@@ -320,7 +320,7 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
     int64_t n = (int64_t)C * L;
     float *x = fvec(n), *w = fvec(C), *b = fvec(C), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
-    fill(s, kind, x, n);
+    ct_fill_kind(s, kind, x, n);
     for (int c = 0; c < C; c++) w[c] = (float)(1 + 0.1 * ct_rand_normal(s)), b[c] = (float)(0.1 * ct_rand_normal(s));
     if (kind == X_NONFINITE && L > 1) x[(int64_t)(C / 2) * L] = NAN, x[L - 1] = INFINITY;
     for (int64_t t = 0; t < L; t++) {
@@ -358,7 +358,7 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
         cd_rmsnorm_ct(x, y, C, L, w, e, pool);
     }
     char name[96];
-    snprintf(name, sizeof name, "%s C=%d L=%lld", x_kind[kind], C, (long long)L);
+    snprintf(name, sizeof name, "%s C=%d L=%lld", ct_x_kind[kind], C, (long long)L);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(x), free(w), free(b), free(y), free(alt), free(ref), free(tol);

@@ -1,6 +1,6 @@
 /* contract_codec_internal.h - INTERNAL to the codec's contract entries (contract_codec.c: the convs,
  * Snake and norms, the registration; contract_codec_tf.c: RoPE, attention, the element-wise ops and the
- * VQ search): the kernel and control ids, the input kinds and the small allocation helpers. */
+ * VQ search): the kernel and control ids and the small allocation helpers (the input kinds: contract_internal.h). */
 #ifndef DRAMA_TOOLS_CONTRACT_CODEC_INTERNAL_H
 #define DRAMA_TOOLS_CONTRACT_CODEC_INTERNAL_H
 
@@ -23,18 +23,6 @@ enum { K_CONV, K_STRIDED, K_GROUPED, K_TRANSPOSED, K_SNAKE, K_LN, K_RMS, K_ROPE,
 enum { CC_NONE = 0, CC_TAPS_REV, CC_DIL, CC_FP16, CC_NO_HIST, CC_PHASE, CC_SNAKE_ALPHA, CC_SNAKE_NO_EPS, CC_NO_EPS,
        CC_WIDE, CC_TIES_HIGH, CC_GELU_TANH, CC_ROPE_BASE, CC_SWAP, CC_HALF, CC_SIMD_TAP, CC_SIMD_PARITY, CC_SIMD_KC };
 
-enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
-static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
-
-static inline void fill(uint64_t *s, int kind, float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        double v = ct_rand_normal(s);
-        if (kind == X_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
-        if (kind == X_TINY) v *= 1e-4;
-        if (kind == X_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
-        x[i] = (float)v;
-    }
-}
 
 static inline float *fvec(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static inline double *dvec(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }

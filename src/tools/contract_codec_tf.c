@@ -39,7 +39,7 @@ static void rope_case(const ct_kernel *k, ct_result *res, dr_pool *pool, uint64_
     int64_t n = 3 * (int64_t)Dq * L;
     float *x = fvec(n), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
-    fill(s, kind, x, n);
+    ct_fill_kind(s, kind, x, n);
     if (kind == X_NONFINITE) x[(int64_t)(Dq + 1) * L] = NAN, x[L - 1] = INFINITY; /* rotated / untouched row */
     for (int64_t i = 0; i < n; i++) ref[i] = x[i], tol[i] = 0, alt[i] = x[i]; /* rows outside: unchanged */
     double lnb = log(cf.rope_base);
@@ -67,7 +67,7 @@ static void rope_case(const ct_kernel *k, ct_result *res, dr_pool *pool, uint64_
     if (k->control == CC_ROPE_BASE) run_cf.rope_base = 500000; /* planted: another model's RoPE base */
     cd_rope_ct(y, Dq, &run_cf, L, pos0, pool);
     char name[96];
-    snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", x_kind[kind], H, hd, (long long)L,
+    snprintf(name, sizeof name, "%s heads=%d hd=%d L=%lld pos=%lld", ct_x_kind[kind], H, hd, (long long)L,
              (long long)pos0);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
@@ -92,9 +92,9 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
     int64_t np = n_prev + L, no = (int64_t)Dq * L;
     float *q = fvec(L * Dq), *kk = fvec(np * Dq), *vv = fvec(np * Dq), *out = fvec(no), *alt = fvec(no);
     double *ref = dvec(no), *tol = dvec(no), *sc = dvec(np), *p = dvec(np), *ds = dvec(np);
-    fill(s, kind == X_DISCR ? X_RANDOM : kind == X_RANGE ? X_RANDOM : kind, q, L * Dq);
-    fill(s, kind == X_NONFINITE || kind == X_RANGE ? X_RANDOM : kind, kk, np * Dq);
-    fill(s, kind == X_NONFINITE || kind == X_RANGE ? X_RANDOM : kind, vv, np * Dq);
+    ct_fill_kind(s, kind == X_DISCR ? X_RANDOM : kind == X_RANGE ? X_RANDOM : kind, q, L * Dq);
+    ct_fill_kind(s, kind == X_NONFINITE || kind == X_RANGE ? X_RANDOM : kind, kk, np * Dq);
+    ct_fill_kind(s, kind == X_NONFINITE || kind == X_RANGE ? X_RANDOM : kind, vv, np * Dq);
     if (kind == X_RANGE) /* peaked: scores of a few tens, the softmax nearly one-hot */
         for (int64_t i = 0; i < L * Dq; i++) q[i] *= 6.0f;
     if (kind == X_DISCR) /* equal scores, positive values: a long sum of small equal terms */
@@ -147,7 +147,7 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
     ct_poison(out, no);
     cd_attend_ex(&cf, q, kk, vv, n_prev, L, out, pool, KISA(k), k->control == CC_SIMD_TAP ? CD_PLANT_TAP : 0);
     char name[96];
-    snprintf(name, sizeof name, "%s heads=%d hd=%d W=%d cached=%lld L=%lld", x_kind[kind], H, hd, W,
+    snprintf(name, sizeof name, "%s heads=%d hd=%d W=%d cached=%lld L=%lld", ct_x_kind[kind], H, hd, W,
              (long long)n_prev, (long long)L);
     ct_compare(res, name, out, ref, tol, no);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
@@ -169,7 +169,7 @@ static void tf_window_case(ct_result *res, uint64_t *s, dr_pool *pool) {
         const int dims[5][2] = {{3 * H * HD, D}, {D, H * HD}, {F, D}, {F, D}, {D, F}};
         for (int m = 0; m < 5; m++) {
             float *w = fvec(dims[m][0] * dims[m][1]);
-            fill(s, X_RANDOM, w, dims[m][0] * dims[m][1]);
+            ct_fill_kind(s, X_RANDOM, w, dims[m][0] * dims[m][1]);
             for (int i = 0; i < dims[m][0] * dims[m][1]; i++) w[i] *= 0.3f;
             cd_conv_init(lin[m], dims[m][1], dims[m][0], 1, 1, 1, 1, 0);
             lin[m]->w = bufs[nb++] = dr_alloc((size_t)cd_conv_weight_len(lin[m]) * sizeof(float));
@@ -188,7 +188,7 @@ static void tf_window_case(ct_result *res, uint64_t *s, dr_pool *pool) {
     int64_t kvn = (int64_t)NL * (W - 1) * H * HD;
     float *x = fvec(D * L), *y = fvec(D * L), *yc = fvec(D * L), *xc = fvec(D * L), *oc = fvec(D * L);
     double *whole = dvec(D * L), *zero = dvec(D * L);
-    fill(s, X_RANDOM, x, D * L);
+    ct_fill_kind(s, X_RANDOM, x, D * L);
     cd_kv kv = {calloc((size_t)kvn, sizeof(float)), calloc((size_t)kvn, sizeof(float)), 0, 0};
     ct_poison(y, D * L);
     cd_tf_run(&tf, &kv, x, L, y, pool, NULL);
@@ -234,8 +234,8 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
     int glu = KV(k) == K_SWIGLU, gelu = KV(k) == K_GELU;
     float *a = fvec(n), *u = fvec(n), *y = fvec(n), *alt = fvec(n);
     double *ref = dvec(n), *tol = dvec(n);
-    fill(s, kind, a, n);
-    fill(s, kind == X_NONFINITE ? X_RANDOM : kind, u, n);
+    ct_fill_kind(s, kind, a, n);
+    ct_fill_kind(s, kind == X_NONFINITE ? X_RANDOM : kind, u, n);
     if (kind == X_RANGE && n > 4) a[0] = -100.0f, a[1] = -88.8f, a[2] = 89.0f, a[3] = -87.0f; /* expf overflow edges */
     if (kind == X_NONFINITE && n > 3) a[0] = NAN, a[1] = INFINITY, a[2] = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
@@ -273,7 +273,7 @@ static void elementwise_case(const ct_kernel *k, ct_result *res, uint64_t *s, in
             for (int64_t i = 0; i < n; i++) y[i] = ct_h(y[i]);
     }
     char name[96];
-    snprintf(name, sizeof name, "%s n=%lld", x_kind[kind], (long long)n);
+    snprintf(name, sizeof name, "%s n=%lld", ct_x_kind[kind], (long long)n);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(a), free(u), free(y), free(alt), free(ref), free(tol);
@@ -313,8 +313,8 @@ static void vq_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, i
     float *cb = fvec((int64_t)n * dim), *hat = fvec((int64_t)n * dim), *hsq = fvec(n), *e = fvec((int64_t)dim * T);
     float *out = fvec(2 * T), *alt = fvec(2 * T);
     double *ref = dvec(2 * T), *tol = dvec(2 * T), *dist = dvec(n), *err = dvec(n), *ch = dvec((int64_t)n * dim);
-    fill(s, X_RANDOM, cb, (int64_t)n * dim);
-    fill(s, X_RANDOM, e, (int64_t)dim * T);
+    ct_fill_kind(s, X_RANDOM, cb, (int64_t)n * dim);
+    ct_fill_kind(s, X_RANDOM, e, (int64_t)dim * T);
     if (kind == V_SPECIAL && n > 3) {
         for (int d = 0; d < dim; d++) cb[d] = 0.0f, cb[dim + d] *= 1e-13f, cb[2 * dim + d] = 2.0f * cb[3 * dim + d];
     }

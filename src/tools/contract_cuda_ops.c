@@ -55,17 +55,9 @@ static const char *const co_precision[CO_COUNT] = {
 
 enum { CC_NONE = 0, CC_NO_EPS, CC_NO_SCALE, CC_SWAP_CONCAT, CC_GAMMA_SIGN, CC_PAIRING, CC_DROP_LAST, CC_DEVICE_EXPF, CC_STAGE_NEXT_V };
 
-enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
-static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
 
 static void fill(uint64_t *s, int kind, float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        double v = ct_rand_normal(s);
-        if (kind == X_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
-        if (kind == X_TINY) v *= 1e-4;
-        if (kind == X_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
-        x[i] = (float)v;
-    }
+    ct_fill_kind(s, kind, x, n);
     if (kind == X_NONFINITE && n > 2) x[n / 2] = NAN;
 }
 
@@ -115,7 +107,7 @@ static void rms_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
                                     yld, &t->err));
     cu_get(t, y, dy, (size_t)(n * yld) * 4);
     char name[96];
-    snprintf(name, sizeof name, "%s dim=%lld%s (3 strided rows)", x_kind[kind], (long long)dim, with_w ? " weighted" : "");
+    snprintf(name, sizeof name, "%s dim=%lld%s (3 strided rows)", ct_x_kind[kind], (long long)dim, with_w ? " weighted" : "");
     if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, n * yld);
         if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n * yld);
@@ -209,7 +201,7 @@ static void embed_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s,
         if (!t->failed) reported += dr_cuda_status_check(t->c, dst, "embed", &e) != DRAMA_OK;
     }
     char name[128];
-    snprintf(name, sizeof name, "%s codes=%s H=%lld n=%d add_token=%d scale=%s", x_kind[kind], ct_matmul_names[f] + 7,
+    snprintf(name, sizeof name, "%s codes=%s H=%lld n=%d add_token=%d scale=%s", ct_x_kind[kind], ct_matmul_names[f] + 7,
              (long long)H, in_cb, add_tok, rsqrt_scale ? "rsqrt" : "1");
     if (!ok) ct_case_error(res, name, "could not build the tables");
     else if (!cu_case_end(t, res, name)) {
@@ -296,7 +288,7 @@ static void tin_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, i
     cu_get(t, y, dx, (size_t)no * 4);
     if (!t->failed) cu_call(t, dr_cuda_status_check(t->c, dst, "tower input", &t->err));
     char name[128];
-    snprintf(name, sizeof name, "%s de=%d dh=%d slot=%d %s%s", x_kind[kind], de, dh, slot,
+    snprintf(name, sizeof name, "%s de=%d dh=%d slot=%d %s%s", ct_x_kind[kind], de, dh, slot,
              hidden_first ? "hidden_first" : "emb_first", mask_off ? " mask_off" : "");
     if (!ok) ct_case_error(res, name, "could not build the table");
     else if (!cu_case_end(t, res, name)) {
@@ -354,7 +346,7 @@ static void guide_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s,
         cu_call(t, dr_cuda_guidance(t->c, dc, du, n, m, ld, k->control == CC_GAMMA_SIGN ? -gamma : gamma, dc, &t->err));
     cu_get(t, y, dc, (size_t)no * 4);
     char name[96];
-    snprintf(name, sizeof name, "%s m=%lld gamma=%g (in place, 2 rows)", x_kind[kind], (long long)m, (double)gamma);
+    snprintf(name, sizeof name, "%s m=%lld gamma=%g (in place, 2 rows)", ct_x_kind[kind], (long long)m, (double)gamma);
     if (!cu_case_end(t, res, name)) {
         ct_compare(res, name, y, ref, tol, no);
         if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, no);
@@ -474,7 +466,7 @@ static void prep_case(const ct_kernel *k, cu_t *t, ct_result *res, uint64_t *s, 
         cu_get(t, y + coff[i] + cap[i] * kvd, vc[i], (size_t)(cap[i] * kvd) * 4);
     }
     char name[128];
-    snprintf(name, sizeof name, "%s nh=%d nkv=%d hd=%d R=%d %s%s%s%s", x_kind[kind], nh, nkv, hd, 2 * half,
+    snprintf(name, sizeof name, "%s nh=%d nkv=%d hd=%d R=%d %s%s%s%s", ct_x_kind[kind], nh, nkv, hd, 2 * half,
              ps->inter ? "interleaved" : "half", ps->qnorm ? " q_norm" : "", ps->fused ? " qkv" : "",
              prefill ? " prefill rows" : " 3 sessions (one skipped) pos 0,2,70000");
     if (!cu_case_end(t, res, name)) {

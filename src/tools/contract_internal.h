@@ -127,6 +127,13 @@ void ct_case_error(ct_result *res, const char *case_name, const char *msg);
 uint64_t ct_rand_u64(uint64_t *s);
 double ct_rand_uniform(uint64_t *s);  /* [0, 1) */
 double ct_rand_normal(uint64_t *s);
+/* The element-wise fixtures' input kinds (contract_ops.c, contract_model.c, contract_cuda_ops.c, the
+ * codec's entries) and their names for case labels */
+enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
+extern const char *const ct_x_kind[X_KINDS];
+/* x[0, n) of a kind: normal; X_RANGE times 2^k, k in [-20, 20]; X_TINY times 1e-4; X_DISCR in [0.5, 1]
+ * (fp16-discriminating); X_NONFINITE normal, its NaN / inf placed by the caller */
+void ct_fill_kind(uint64_t *s, int kind, float *x, int64_t n);
 /* Fill with a NaN bit pattern no kernel produces, so an unwritten output is seen. */
 void ct_poison(float *y, int64_t n);
 /* Compare n outputs with their float64 reference and per-element tolerance:

@@ -41,8 +41,6 @@ static const char *const mk_precision[MK_COUNT] = {
 enum { MC_NONE = 0, MC_NO_MUL, MC_SWAP, MC_FLIP, MC_NO_EPS, MC_NO_BRANCH, MC_RENORM_ALL, MC_UNGATED, MC_GUIDE_SIGN,
        MC_TEMP_MUL, MC_RULES_SWAPPED, MC_DROP_LAST };
 
-enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
-static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
 static const int64_t sizes[] = {1, 7, 33, 1000, 4099};
 #define N_SIZES 5
 
@@ -58,13 +56,7 @@ static float *fbuf(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(f
 /* random: normal; dynamic-range: times 2^k, k in [-20, 20] (exp overflows at |x| > 88.7); tiny:
  * times 1e-4; nan-inf: NaN in the middle, +inf first and -inf last; fp16-discriminating: [0.5, 1] */
 static void fill(uint64_t *s, int kind, float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        double v = ct_rand_normal(s);
-        if (kind == X_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
-        if (kind == X_TINY) v *= 1e-4;
-        if (kind == X_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
-        x[i] = (float)v;
-    }
+    ct_fill_kind(s, kind, x, n);
     if (kind != X_NONFINITE) return;
     x[n / 2] = NAN;
     if (n > 2) x[0] = INFINITY, x[n - 1] = -INFINITY;
@@ -486,7 +478,7 @@ static void check_model(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             ct_poison(o.out, cap);
             mk_cases[k->variant](k, &s, kind, idx, n, &o);
             char name[96];
-            const char *kn = k->variant == MK_TOPP && kind == X_NONFINITE ? "zero-weights" : x_kind[kind];
+            const char *kn = k->variant == MK_TOPP && kind == X_NONFINITE ? "zero-weights" : ct_x_kind[kind];
             snprintf(name, sizeof name, "%s n=%lld", kn, (long long)n);
             ct_compare(res, name, o.out, o.ref, o.tol, o.n);
             if (kind == X_DISCR) ct_discriminate(res, name, o.alt, o.ref, o.tol, o.n);

@@ -30,18 +30,8 @@ static const char *const op_precision[OP_COUNT] = {
 
 enum { OC_NONE = 0, OC_NO_EPS, OC_NO_MAX, OC_NO_SHIFT, OC_NO_DECAY, OC_TIES_HIGH, OC_WRONG_PAIRS, OC_DROP_LAST };
 
-/* fixture kinds */
-enum { X_RANDOM, X_RANGE, X_TINY, X_NONFINITE, X_DISCR, X_KINDS };
-static const char *const x_kind[X_KINDS] = {"random", "dynamic-range", "tiny", "nan-inf", "fp16-discriminating"};
-
 static void fill_vec(uint64_t *s, int kind, float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        double v = ct_rand_normal(s);
-        if (kind == X_RANGE) v *= ldexp(1.0, (int)(ct_rand_u64(s) % 41) - 20);
-        if (kind == X_TINY) v *= 1e-4;
-        if (kind == X_DISCR) v = 0.5 + 0.5 * ct_rand_uniform(s);
-        x[i] = (float)v;
-    }
+    ct_fill_kind(s, kind, x, n);
     if (kind == X_NONFINITE && n > 2) x[n / 2] = NAN;
 }
 
@@ -92,7 +82,7 @@ static void norm_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind,
         }
     }
     char name[96];
-    snprintf(name, sizeof name, "%s n=%lld%s", x_kind[kind], (long long)n, wp ? " weighted" : "");
+    snprintf(name, sizeof name, "%s n=%lld%s", ct_x_kind[kind], (long long)n, wp ? " weighted" : "");
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(x), free(w), free(y), free(alt), free(ref), free(tol);
@@ -155,7 +145,7 @@ static void softmax_case(const ct_kernel *k, ct_result *res, uint64_t *s, int ki
         dr_op_softmax(y, n);
     }
     char name[96];
-    snprintf(name, sizeof name, "%s n=%lld", kind == X_TINY ? "masked(-inf)" : x_kind[kind], (long long)n);
+    snprintf(name, sizeof name, "%s n=%lld", kind == X_TINY ? "masked(-inf)" : ct_x_kind[kind], (long long)n);
     ct_compare(res, name, y, ref, tol, n);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, n);
     free(x), free(y), free(alt), free(ref), free(tol);
@@ -263,7 +253,7 @@ static void attend_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kin
     int64_t used = k->control == OC_DROP_LAST && n_pos > 1 ? n_pos - 1 : n_pos;
     dr_op_attend(q, kc, vc, used, stride, hd, scale, scratch, out);
     char name[96];
-    snprintf(name, sizeof name, "%s n_pos=%lld hd=%d", x_kind[kind], (long long)n_pos, hd);
+    snprintf(name, sizeof name, "%s n_pos=%lld hd=%d", ct_x_kind[kind], (long long)n_pos, hd);
     ct_compare(res, name, out, ref, tol, hd);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, hd);
     free(q), free(kc), free(vc), free(scratch), free(out), free(alt), free(ref), free(tol), free(p), free(sc);
@@ -341,7 +331,7 @@ static void check_conv(const ct_kernel *k, ct_ctx *ctx, ct_result *res) {
             memcpy(outs, y, (size_t)C * sizeof *y);
             memcpy(outs + C, win, (size_t)wn * sizeof *win);
             char name[96];
-            snprintf(name, sizeof name, "%s K=%d C=%lld [%lld,%lld)", x_kind[kind], K, (long long)C, (long long)c0,
+            snprintf(name, sizeof name, "%s K=%d C=%lld [%lld,%lld)", ct_x_kind[kind], K, (long long)C, (long long)c0,
                      (long long)c1);
             ct_compare(res, name, outs, ref, tol, no);
             if (kind == X_DISCR && K == 7) {
@@ -407,7 +397,7 @@ static void gdn_case(const ct_kernel *k, ct_result *res, uint64_t *s, int kind, 
     memcpy(outs, o, (size_t)dv * 4);
     memcpy(outs + dv, S, (size_t)ns * 4);
     char name[96];
-    snprintf(name, sizeof name, "%s dk=%d dv=%d", x_kind[kind], dk, dv);
+    snprintf(name, sizeof name, "%s dk=%d dv=%d", ct_x_kind[kind], dk, dv);
     ct_compare(res, name, outs, ref, tol, no);
     if (kind == X_DISCR) ct_discriminate(res, name, alt, ref, tol, dv);
     free(S), free(q), free(kk), free(v), free(mem), free(o), free(outs), free(alt), free(ref), free(tol), free(S1);
