@@ -42,15 +42,15 @@ drama_status dr_pl_model_open(drama_model **out, const char *dir, const drama_mo
      * (the "load" phase) and stay resident unless low_memory. */
     if (st == DRAMA_OK) st = dr_config_load(dir, (const char *const *)m->sets, m->n_sets, &m->cfg, err);
     if (st == DRAMA_OK) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-        st = dr_tok_load_threads(p, m->threads > 0 ? m->threads : dr_pool_default_threads(), &m->tok, err);
-    }
-    if (st == DRAMA_OK) st = dr_pl_codec_geometry(m, &m->sample_rate, &m->samples_per_frame, &m->n_codebooks, err);
-    if (st == DRAMA_OK) {
         m->pool = dr_pool_create(m->threads);
         if (!m->pool) st = dr_fail(err, DRAMA_ENOMEM, "cannot create a pool of %d threads", m->threads);
     }
+    if (st == DRAMA_OK) { /* with the pool's thread count (the default resolved there) */
+        char p[4096];
+        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+        st = dr_tok_load_threads(p, dr_pool_threads(m->pool), &m->tok, err);
+    }
+    if (st == DRAMA_OK) st = dr_pl_codec_geometry(m, &m->sample_rate, &m->samples_per_frame, &m->n_codebooks, err);
     if (st != DRAMA_OK) {
         dr_pl_model_close(m);
         return st;

@@ -213,11 +213,11 @@ static drama_status host_rows(dr_backend *be, const dr_backbone *bb, dr_bb_ws *w
     }
     if (o->hidden) c.hidden = w->hidden;
     if ((st = dr_bb_run(be, bb, w, &c, err))) return st;
-    if (last_only && !getenv("DRAMA_PREFILL_ALL_LOGITS")) /* w->xn: the final-normed rows */
-        be->ops->restricted_logits(be, &bb->head, bb->head_sem_row, bb->n_sem, bb->head_end_row, w->xn + (n - 1) * H, 1,
-                                   w->logits + (n - 1) * nl);
-    else if (last_only)
-        be->ops->restricted_logits(be, &bb->head, bb->head_sem_row, bb->n_sem, bb->head_end_row, w->xn, n, w->logits);
+    if (last_only) { /* w->xn: the final-normed rows; DRAMA_PREFILL_ALL_LOGITS=1: every row's, as before */
+        const int64_t r = getenv("DRAMA_PREFILL_ALL_LOGITS") ? 0 : n - 1;
+        be->ops->restricted_logits(be, &bb->head, bb->head_sem_row, bb->n_sem, bb->head_end_row, w->xn + r * H, n - r,
+                                   w->logits + r * nl);
+    }
     dr_op_status *sts_host = malloc((size_t)n * sizeof *sts_host);
     if (!sts_host) return dr_fail(err, DRAMA_ENOMEM, "backbone: out of memory");
     st = dr_bk_download(be, sts_host, w->status, (size_t)n * sizeof *sts_host, err);
