@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/alloc.h"
 #include "codec/internal.h"
@@ -25,20 +24,6 @@ struct dr_codec_stream {
     double *prof;  /* [DR_CODEC_N_STAGES] seconds per stage, accumulated; NULL: off */
     void *dev;     /* the device decoder's stream (c->accel), else NULL */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* the time since *t0 goes to stage `stage` (when profiling), and *t0 moves on */
-static void lap(const dr_codec_stream *s, int stage, double *t0) {
-    if (!s->prof) return;
-    double t = now_s();
-    s->prof[stage] += t - *t0;
-    *t0 = t;
-}
 
 const char *dr_codec_stage_name(int stage, char *buf, size_t len) {
     if (stage == 0) snprintf(buf, len, "codes + post_module");
@@ -189,7 +174,7 @@ static drama_status run_blocks(dr_codec_stream *s, int b, act *a, float *out, do
     drama_status rc = DRAMA_OK;
     if (b == cf->n_decoder_rates) {
         if (!(rc = conv_step(&c->dec_out, &c->dec_snake, hist, a, pool, err))) cd_tanh(a->x, out, a->len, pool);
-        lap(s, DR_CODEC_N_STAGES - 1, t0);
+        cd_lap(s->prof, DR_CODEC_N_STAGES - 1, t0);
         dr_free(a->x), a->x = NULL;
         return rc;
     }
@@ -213,9 +198,9 @@ static drama_status run_blocks(dr_codec_stream *s, int b, act *a, float *out, do
     }
     int st = 3 + 2 * (b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1);
     if ((rc = conv_step(&db->up, &db->snake, hist, a, pool, err))) return rc;
-    lap(s, st, t0);
+    cd_lap(s->prof, st, t0);
     for (int r = 0; r < cf->n_dilations && !rc; r++) rc = cd_ru_run(&db->ru[r], hist, a->x, a->len, pool, err);
-    lap(s, st + 1, t0);
+    cd_lap(s->prof, st + 1, t0);
     if (rc) {
         dr_free(a->x), a->x = NULL;
         return rc;
@@ -230,7 +215,7 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
     float **hist = s->st.conv;
     int Q = cf->q_input_dim, K = cf->num_codebooks;
     act a = {0};
-    double t0 = s->prof ? now_s() : 0;
+    double t0 = s->prof ? dr_clock_s() : 0;
     drama_status rc = next_buf(&a, Q, T, err);
     if (rc) return rc;
     /* z = q0 + (q1 + ... + q9), the reference's order of sums */
@@ -262,15 +247,15 @@ static drama_status decode_chunk(dr_codec_stream *s, const int32_t *codes, int64
         if (rc) goto done;
     }
     if (s->tap) s->tap(s->tap_ctx, "z_post", a.x, Q, T);
-    lap(s, 0, &t0);
+    cd_lap(s->prof, 0, &t0);
     for (int i = 0; i < cf->n_down; i++) {
         if ((rc = conv_step(&c->up[i], NULL, hist, &a, pool, err))) goto done;
         if ((rc = cd_convnext_run(&c->up_cnx[i], hist, a.x, a.len, pool, err))) goto done;
     }
     if (s->tap) s->tap(s->tap_ctx, "z_up", a.x, (int)a.ch, a.len);
-    lap(s, 1, &t0);
+    cd_lap(s->prof, 1, &t0);
     if ((rc = conv_step(&c->dec_in, NULL, hist, &a, pool, err))) goto done;
-    lap(s, 2, &t0);
+    cd_lap(s->prof, 2, &t0);
     rc = run_blocks(s, 0, &a, out, &t0, err);
 done:
     dr_free(a.x);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "base/alloc.h"
 #include "codec/internal.h"
@@ -21,20 +20,6 @@ typedef struct act {
     float *x;
     int64_t ch, len;
 } act;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* the time since *t0 goes to stage `stage` of prof (when profiling), and *t0 moves on */
-static void lap(double *prof, int stage, double *t0) {
-    if (!prof) return;
-    double t = now_s();
-    prof[stage] += t - *t0;
-    *t0 = t;
-}
 
 const char *dr_codec_enc_stage_name(int stage, char *buf, size_t len) {
     if (stage == 0) snprintf(buf, len, "input conv");
@@ -97,17 +82,17 @@ static drama_status run_blocks(const dr_codec *c, cd_state *st, act *a, int b0, 
         const cd_enc_block *eb = &c->enc[b];
         int sb = b < DR_CODEC_MAX_RATES ? b : DR_CODEC_MAX_RATES - 1;
         for (int r = 0; !rc && r < c->cfg.n_dilations; r++) rc = cd_ru_run(&eb->ru[r], hist, a->x, a->len, pool, err);
-        lap(prof, CD_ES_RU(sb), t0);
+        cd_lap(prof, CD_ES_RU(sb), t0);
         if (rc) break;
         if ((rc = conv_step(&eb->down, &eb->snake, hist, a, pool, err))) break;
-        lap(prof, CD_ES_DOWN(sb), t0);
+        cd_lap(prof, CD_ES_DOWN(sb), t0);
         if (eb->has_tf) {
             float *y = dr_alloc((size_t)a->ch * a->len * sizeof(float));
             if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder transformer)");
             else rc = cd_tf_run(&eb->tf, &st->kv[eb->tf.state], a->x, a->len, y, pool, err);
             dr_free(a->x);
             a->x = y;
-            lap(prof, CD_ES_TF, t0);
+            cd_lap(prof, CD_ES_TF, t0);
         }
     }
     return rc;
@@ -120,7 +105,7 @@ static drama_status run_front(const dr_codec *c, cd_state *st, const float *pcm,
     if (!a->x) return dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (encoder input)");
     memcpy(a->x, pcm, (size_t)L * sizeof(float));
     drama_status rc = conv_step(&c->enc_in, NULL, st->conv, a, c->pool, err);
-    lap(prof, 0, t0);
+    cd_lap(prof, 0, t0);
     return rc ? rc : run_blocks(c, st, a, 0, nb, prof, t0, err);
 }
 
@@ -140,7 +125,7 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
                                  dr_codec_tap_fn tap, void *tap_ctx, double *prof, drama_error *err) {
     const dr_codec_config *cf = &c->cfg;
     dr_pool *pool = c->pool;
-    double t0 = prof ? now_s() : 0;
+    double t0 = prof ? dr_clock_s() : 0;
     float **hist = st->conv;
     int nf = front_blocks(c);
     int64_t S = (int64_t)ENC_SLICE_FRAMES * cf->frame_length, div = 1;
@@ -165,13 +150,13 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
     if (!rc) rc = run_blocks(c, st, &a, nf, cf->n_encoder_rates, prof, &t0, err);
     if (!rc) rc = conv_step(&c->enc_out, &c->enc_snake, hist, &a, pool, err);
     if (!rc && tap) tap(tap_ctx, "z_enc", a.x, (int)a.ch, a.len);
-    lap(prof, CD_ES_OUT, &t0);
+    cd_lap(prof, CD_ES_OUT, &t0);
     for (int i = 0; !rc && i < cf->n_down; i++) {
         if ((rc = conv_step(&c->down[i], NULL, hist, &a, pool, err))) break;
         rc = cd_convnext_run(&c->down_cnx[i], hist, a.x, a.len, pool, err);
     }
     if (!rc && tap) tap(tap_ctx, "z_down", a.x, (int)a.ch, a.len);
-    lap(prof, CD_ES_QDOWN, &t0);
+    cd_lap(prof, CD_ES_QDOWN, &t0);
     if (!rc && cf->pre.n_layer > 0) {
         float *y = dr_alloc((size_t)a.ch * a.len * sizeof(float));
         if (!y) rc = dr_fail(err, DRAMA_ENOMEM, "codec: out of memory (pre_module)");
@@ -180,9 +165,9 @@ static drama_status encode_chunk(const dr_codec *c, cd_state *st, const float *p
         a.x = y;
     }
     if (!rc && tap) tap(tap_ctx, "z_pre", a.x, (int)a.ch, a.len);
-    lap(prof, CD_ES_PRE, &t0);
+    cd_lap(prof, CD_ES_PRE, &t0);
     if (!rc) rc = quantize(c, a.x, a.len, codes, err);
-    lap(prof, CD_ES_VQ, &t0);
+    cd_lap(prof, CD_ES_VQ, &t0);
     dr_free(a.x);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/pool.h"
+#include "base/receipt.h"
 #include "codec/codec.h"
 
 /* bits of dr_codec_config.stated: shape-derived keys that codec.json gave */
@@ -39,6 +40,15 @@ enum {
     CD_ES_PRE,
     CD_ES_VQ
 };
+
+/* the time since *t0 goes to stage `stage` of prof (the decoder's and the encoder's per-stage
+ * profiles; prof NULL: off), and *t0 moves on */
+static inline void cd_lap(double *prof, int stage, double *t0) {
+    if (!prof) return;
+    double t = dr_clock_s();
+    prof[stage] += t - *t0;
+    *t0 = t;
+}
 
 #define CD_WPACK 8 /* output channels per packed weight block */
 
